@@ -1,0 +1,3 @@
+// tessera <command>: placeholder until the CLI lands.
+#include <cstdio>
+int main() { std::puts("tessera"); return 0; }
