@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that Tessera's build, tests and benchmarks need, then configures and
+# builds Tessera in ./build. Idempotent: apt-get runs only when a package is missing, and the build
+# is incremental. Run as root or with sudo available.
+#
+#   scripts/setup.sh            # packages + Release build in ./build
+#   BUILD_DIR=out scripts/setup.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libdnnl-dev            # oneDNN: the GEMM library behind ops::matmul
+  libyaml-cpp-dev        # configs
+  nlohmann-json3-dev     # manifests, metrics
+  libcli11-dev           # command line
+  libfmt-dev             # formatting
+  libzstd-dev            # compressed shards
+  libpcre2-dev           # byte-level BPE pre-tokeniser
+  libsentencepiece-dev sentencepiece
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)"
