@@ -16,6 +16,10 @@ struct VectorKernels {
   double (*sum_squares_f32)(const float* x, int64_t n);
   // x[i] *= a
   void (*scale_f32)(float* x, float a, int64_t n);
+  // out[i] = a[i] + b[i] (out may alias a or b)
+  void (*add_f32)(const float* a, const float* b, float* out, int64_t n);
+  // out[i] = bf16(float(a[i]) + float(b[i])), rounded to nearest even
+  void (*add_bf16)(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n);
 };
 
 TESSERA_DECLARE_KERNEL_TABLE(VectorKernels, vector_kernels)

@@ -1,0 +1,73 @@
+// Training throughput of a configured model: builds the Trainer from a config (default: the
+// llama-125m preset at batch 8 x 1024 tokens) and runs warm-up plus measured steps, then prints
+// the median step's model TFLOP/s, tokens/s and MFU as one JSON line per run. The peak used for
+// MFU is printed too, so a reference (tools/torch_llama_bench.py) can divide by the same number.
+//
+//   build/train_bench [--warmup 2] [--steps 10] configs/base.yml model_name=llama-125m dtype=bfloat16 ...
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tessera/config/config.h"
+#include "tessera/core/error.h"
+#include "tessera/train/trainer.h"
+
+namespace {
+
+long peak_rss_kib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::strtol(line + 6, nullptr, 10);
+  std::fclose(f);
+  return kib;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int warmup = 2, steps = 10;
+  std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
+  std::vector<std::string> overrides = {"model_name=llama-125m", "per_device_batch_size=8",
+                                        "max_target_length=1024", "run_name=train_bench"};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
+    else if (a.find('=') == std::string::npos) config = a;
+    else overrides.push_back(a);
+  }
+  overrides.push_back(fmt::format("steps={}", warmup + steps));
+  overrides.push_back("log_period=1");
+  try {
+    tessera::Config cfg = tessera::load_config(config, overrides);
+    tessera::train::Trainer trainer(cfg, std::cerr);
+    std::vector<tessera::train::StepMetrics> measured;
+    trainer.run([&](const tessera::train::StepMetrics& m) {
+      if (m.step >= warmup) measured.push_back(m);
+    });
+    std::sort(measured.begin(), measured.end(), [](auto& a, auto& b) { return a.seconds < b.seconds; });
+    const auto& med = measured[measured.size() / 2];
+    const auto& mem = trainer.plan().memory();
+    std::cout << fmt::format(
+                     "{{\"impl\": \"tessera\", \"dtype\": \"{}\", \"remat_policy\": \"{}\", \"step_seconds\": {:.4f}, "
+                     "\"tflops_per_device\": {:.4f}, \"tokens_per_second\": {:.1f}, \"mfu\": {:.4f}, "
+                     "\"peak_gflops\": {:.1f}, \"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
+                     "\"peak_rss_bytes\": {}, \"loss\": {:.4f}}}",
+                     cfg.dtype, cfg.remat_policy, med.seconds, med.tflops_per_device, med.tokens_per_device, med.mfu,
+                     med.tflops_per_device * 1e3 / med.mfu, trainer.startup_seconds(), mem.total(),
+                     peak_rss_kib() * 1024, measured.back().loss)
+              << std::endl;
+  } catch (const tessera::Error& e) {
+    std::cerr << "train_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

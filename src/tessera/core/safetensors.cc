@@ -1,0 +1,154 @@
+#include "tessera/core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.h"
+
+namespace tessera {
+
+namespace {
+
+const char* st_dtype_name(DType d) {
+  switch (d) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  return "?";
+}
+
+bool st_dtype(const std::string& s, DType* out) {
+  if (s == "F32") *out = DType::kF32;
+  else if (s == "BF16") *out = DType::kBF16;
+  else if (s == "I32") *out = DType::kI32;
+  else if (s == "I64") *out = DType::kI64;
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(ErrorKind::kIo, "{}: cannot stat: {}", path, std::strerror(errno));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    fail(ErrorKind::kIo, "{}: truncated: {} bytes, shorter than the 8-byte header length", path, size_);
+  }
+  map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail(ErrorKind::kIo, "{}: cannot map: {}", path, std::strerror(errno));
+  }
+  const auto* bytes = static_cast<const uint8_t*>(map_);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes, 8);
+  if (n > size_ - 8) fail(ErrorKind::kIo, "{}: header length {} at offset 0 runs past the end of the file ({} bytes)", path, n, size_);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::kIo, "{}: the JSON header (bytes 8..{}) does not parse: {}", path, 8 + n, e.what());
+  }
+  const size_t data_begin = 8 + n, data_size = size_ - data_begin;
+  for (auto& [name, e] : header.items()) {
+    if (name == "__metadata__") {
+      for (auto& [k, v] : e.items())
+        if (v.is_string()) metadata_[k] = v.get<std::string>();
+      continue;
+    }
+    DType dt;
+    if (!e.contains("dtype") || !e["dtype"].is_string() || !st_dtype(e["dtype"].get<std::string>(), &dt))
+      fail(ErrorKind::kIo, "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64)",
+           path, name);
+    Shape shape = Shape::of_rank(static_cast<int>(e.at("shape").size()));
+    for (size_t i = 0; i < e.at("shape").size(); ++i) shape[static_cast<int>(i)] = e["shape"][i].get<int64_t>();
+    auto off = e.at("data_offsets");
+    uint64_t b = off.at(0).get<uint64_t>(), en = off.at(1).get<uint64_t>();
+    uint64_t want = static_cast<uint64_t>(shape.numel()) * dtype_size(dt);
+    if (b > en || en > data_size)
+      fail(ErrorKind::kIo, "{}: tensor '{}' spans bytes [{}, {}) of the data section, which has {} (truncated file?)",
+           path, name, data_begin + b, data_begin + en, data_size);
+    if (en - b != want)
+      fail(ErrorKind::kIo, "{}: tensor '{}' has {} bytes at offset {} but its shape {} x {} needs {}", path, name,
+           en - b, data_begin + b, shape.str(), dtype_name(dt), want);
+    entries_.emplace(name, Tensor(const_cast<uint8_t*>(bytes + data_begin + b), shape, dt));
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) munmap(map_, size_);
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail(ErrorKind::kIo, "{}: no tensor named '{}'", path_, name);
+  return it->second;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (auto& [k, v] : entries_) out.push_back(k);
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    TESSERA_CHECK(t.is_contiguous(), ErrorKind::kInternal, "write_safetensors: '{}' is not contiguous", name);
+    std::vector<int64_t> shape;
+    for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
+    header[name] = {{"dtype", st_dtype_name(t.dtype())}, {"shape", shape}, {"data_offsets", {off, off + t.nbytes()}}};
+    off += t.nbytes();
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot create: {}", tmp, std::strerror(errno));
+  auto put = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        fail(ErrorKind::kIo, "{}: write failed: {}", tmp, std::strerror(err));
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  uint64_t n = h.size();
+  put(&n, 8);
+  put(h.data(), h.size());
+  for (const auto& nt : tensors) put(nt.tensor.data(), nt.tensor.nbytes());
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(ErrorKind::kIo, "{}: fsync/close failed: {}", tmp, std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail(ErrorKind::kIo, "cannot rename {} to {}: {}", tmp, path, std::strerror(errno));
+}
+
+}  // namespace tessera

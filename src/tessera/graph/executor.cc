@@ -1,0 +1,143 @@
+#include "tessera/graph/executor.h"
+
+#include <cstring>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/ops/activation.h"
+#include "tessera/ops/attention.h"
+#include "tessera/ops/cross_entropy.h"
+#include "tessera/ops/elementwise.h"
+#include "tessera/ops/embedding.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/ops/norm.h"
+
+namespace tessera::graph {
+
+Executor::Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope) : plan_(plan), rope_(std::move(rope)) {
+  for (const Value& v : plan_.graph().values())
+    if (v.kind == ValueKind::kParam) grads_.push_back(plan_.view(v.grad));
+}
+
+void Executor::zero_grads() {
+  const auto& values = plan_.graph().values();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].kind == ValueKind::kGrad) {
+      const Tensor& t = plan_.view(static_cast<ValueId>(i));
+      std::memset(t.data(), 0, t.nbytes());
+    }
+}
+
+namespace {
+
+// [N, heads*D] activations seen as [B, T, heads, D].
+Tensor heads_view(const Tensor& t, const NodeAttrs& a, int heads) {
+  return t.reshape(Shape{a.batch, a.seq, heads, a.head_dim});
+}
+
+ops::AttentionOptions attention_options(const Plan& p, const Node& n, size_t seg_index) {
+  ops::AttentionOptions o;
+  o.sliding_window = n.attrs.sliding_window;
+  if (n.in.size() > seg_index) o.segment_ids = p.view(n.in[seg_index]);
+  return o;
+}
+
+}  // namespace
+
+void Executor::run(const Node& n) {
+  const Plan& p = plan_;
+  auto in = [&](size_t i) -> const Tensor& { return p.view(n.in[i]); };
+  auto out = [&](size_t i) -> const Tensor& { return p.view(n.out[i]); };
+  const NodeAttrs& a = n.attrs;
+  switch (n.op) {
+    case OpKind::kEmbedding: ops::embedding_forward(in(0), in(1), out(0)); break;
+    case OpKind::kEmbeddingBwd: ops::embedding_backward(in(0), in(1), out(0)); break;
+    case OpKind::kRmsNorm: ops::rmsnorm_fwd(in(0), in(1), a.eps, out(0), out(1)); break;
+    case OpKind::kRmsNormBwd:  // in: dy, x, gamma, rstd
+      ops::rmsnorm_bwd(in(1), in(2), in(3), in(0), out(0), out(1));
+      break;
+    case OpKind::kMatmul:
+      ops::matmul(in(0), in(1), out(0), {.trans_a = a.trans_a, .trans_b = a.trans_b, .accumulate = a.accumulate});
+      break;
+    case OpKind::kRope:
+      ops::rope_fwd(heads_view(in(0), a, a.heads), in(1), *rope_, ops::RopeLayout::kRotateHalf,
+                    heads_view(out(0), a, a.heads));
+      break;
+    case OpKind::kRopeBwd:
+      ops::rope_bwd(heads_view(in(0), a, a.heads), in(1), *rope_, ops::RopeLayout::kRotateHalf,
+                    heads_view(out(0), a, a.heads));
+      break;
+    case OpKind::kAttention:
+      ops::attention_fwd(heads_view(in(0), a, a.heads), heads_view(in(1), a, a.kv_heads),
+                         heads_view(in(2), a, a.kv_heads), heads_view(out(0), a, a.heads), out(1),
+                         attention_options(p, n, 3));
+      break;
+    case OpKind::kAttentionBwd:  // in: do, q, k, v, o, lse [, seg]
+      ops::attention_bwd(heads_view(in(0), a, a.heads), heads_view(in(1), a, a.heads),
+                         heads_view(in(2), a, a.kv_heads), heads_view(in(3), a, a.kv_heads),
+                         heads_view(in(4), a, a.heads), in(5), heads_view(out(0), a, a.heads),
+                         heads_view(out(1), a, a.kv_heads), heads_view(out(2), a, a.kv_heads),
+                         attention_options(p, n, 6));
+      break;
+    case OpKind::kGlu:
+      ops::glu_fwd(static_cast<ops::Activation>(a.activation), in(0), in(1), out(0));
+      break;
+    case OpKind::kGluBwd:  // in: dy, gate, up
+      ops::glu_bwd(static_cast<ops::Activation>(a.activation), in(1), in(2), in(0), out(0), out(1));
+      break;
+    case OpKind::kAdd: ops::add(in(0), in(1), out(0)); break;
+    case OpKind::kCrossEntropy: ops::cross_entropy_forward(in(0), in(1), out(0), out(1), a.z_loss); break;
+    case OpKind::kCrossEntropyBwd:  // in: logits, targets, lse, dloss
+      ops::cross_entropy_backward(in(0), in(1), in(2), in(3), out(0), a.z_loss);
+      break;
+    case OpKind::kAdamW: {
+      ops::AdamWHyperparams hp = step_.adamw;
+      if (!p.graph().value(n.in[0]).weight_decay) hp.weight_decay = 0;
+      hp.grad_scale = grad_scale_;
+      ops::adamw_update(in(0), in(1), in(2), in(3), hp, n.out.empty() ? Tensor() : out(0));
+      break;
+    }
+    case OpKind::kSgd: {
+      ops::SgdHyperparams hp{.lr = step_.sgd_lr, .grad_scale = grad_scale_};
+      ops::sgd_update(in(0), in(1), hp, n.out.empty() ? Tensor() : out(0));
+      break;
+    }
+  }
+}
+
+void Executor::run_range(int begin, int end, bool forward_only) {
+  const auto& nodes = plan_.graph().nodes();
+  for (int i = begin; i < end; ++i)
+    if (!forward_only || nodes[i].phase == Phase::kForward) run(nodes[i]);
+}
+
+double Executor::summed_loss(int64_t* counted) const {
+  const Graph& g = plan_.graph();
+  const Node& ce = g.nodes()[g.value(g.loss()).producer];
+  ops::MeanLoss m = ops::cross_entropy_mean(plan_.view(g.loss()), plan_.view(ce.in[1]));
+  if (counted) *counted = m.count;
+  return m.mean * static_cast<double>(m.count);
+}
+
+double Executor::forward_backward() {
+  run_range(0, plan_.first_optimizer_node(), false);
+  return summed_loss(nullptr);
+}
+
+double Executor::forward_only(int64_t* counted) {
+  run_range(0, plan_.first_optimizer_node(), true);
+  return summed_loss(counted);
+}
+
+OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
+  OptimizerResult r;
+  r.grad_norm = ops::global_norm(grads_);
+  r.clip_scale = ops::clip_scale(r.grad_norm, step.clip_threshold);
+  step_ = step;
+  grad_scale_ = r.clip_scale;
+  const auto& nodes = plan_.graph().nodes();
+  for (size_t i = static_cast<size_t>(plan_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
+  return r;
+}
+
+}  // namespace tessera::graph

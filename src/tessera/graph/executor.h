@@ -1,0 +1,54 @@
+// Executor: runs a Plan's nodes on the CPU backend. The views of every value are fixed when the
+// plan is built, so a step is a loop over nodes dispatching to ops (no allocation, no lookups).
+//
+// A training step with gradient accumulation is:
+//   zero_grads();  for each micro-batch { write inputs; forward_backward(); }  apply_optimizer(...)
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tessera/graph/plan.h"
+#include "tessera/ops/optimizer.h"
+#include "tessera/ops/rope.h"
+
+namespace tessera::graph {
+
+struct OptimizerStep {
+  ops::AdamWHyperparams adamw;   // lr, betas, eps, weight_decay, step; grad_scale set by the executor
+  double sgd_lr = 0;
+  double clip_threshold = 0;     // global-norm clip (0: off)
+};
+
+struct OptimizerResult {
+  double grad_norm = 0;  // before clipping
+  double clip_scale = 1;
+};
+
+class Executor {
+ public:
+  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope);
+
+  void zero_grads();
+  // Runs forward, recompute and backward nodes; returns the sum of the per-token losses of the
+  // counted tokens (targets >= 0) of this micro-batch.
+  double forward_backward();
+  // Runs only the forward nodes (evaluation); returns the summed loss and counts tokens.
+  double forward_only(int64_t* counted = nullptr);
+  OptimizerResult apply_optimizer(const OptimizerStep& step);
+
+  Plan& plan() { return plan_; }
+
+ private:
+  void run(const Node& n);
+  void run_range(int begin, int end, bool forward_only);
+  double summed_loss(int64_t* counted) const;
+
+  Plan& plan_;
+  std::unique_ptr<ops::RopeTable> rope_;
+  OptimizerStep step_;
+  double grad_scale_ = 1;
+  std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
+};
+
+}  // namespace tessera::graph

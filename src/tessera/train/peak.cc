@@ -1,0 +1,51 @@
+#include "tessera/train/peak.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "tessera/backends/cpu/peak_kernels.h"
+
+namespace tessera::train {
+
+namespace {
+
+// Runs `kernel` on all threads for about `seconds`; returns FLOP/s over the slowest thread's time.
+double measure(double (*kernel)(int64_t, float*), double seconds) {
+  float sink = 0;
+  kernel(1000, &sink);  // warm up: brings the cores to their AVX-512 clocks
+  int64_t iters = 1000;
+  for (;;) {  // grow until one call lasts about `seconds`
+    auto t0 = std::chrono::steady_clock::now();
+    kernel(iters, &sink);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (dt > seconds / 4) {
+      iters = static_cast<int64_t>(static_cast<double>(iters) * seconds / dt);
+      break;
+    }
+    iters *= 4;
+  }
+  double total = 0, slowest = 0;
+#pragma omp parallel reduction(+ : total) reduction(max : slowest)
+  {
+    float s = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    total += kernel(iters, &s);
+    slowest = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s == 12345.0f) total += 1;  // keeps s alive
+  }
+  return total / slowest;
+}
+
+}  // namespace
+
+DevicePeak calibrate_cpu_peak(double seconds) {
+  const auto& k = cpu::peak_kernels();
+  DevicePeak p;
+  p.f32_flops = measure(k.fma_f32, seconds);
+  p.bf16_flops = k.dot_bf16 ? measure(k.dot_bf16, seconds) : p.f32_flops;
+  return p;
+}
+
+}  // namespace tessera::train
