@@ -32,8 +32,8 @@ void check_supported(const Config& cfg) {
     if (f.type != FieldType::kChoice) continue;
     const std::string& v = cfg.*std::get<std::string Config::*>(f.member);
     if (std::find(f.unsupported.begin(), f.unsupported.end(), v) != f.unsupported.end())
-      config_error("config key '{}': '{}' is not supported by Tessera (supported: {})", f.name, v,
-                   fmt::join(f.choices, ", "));
+      config_error("config key '{}': '{}' is not supported in this build of Tessera (supported: {})", f.name,
+                   v, fmt::join(f.choices, ", "));
   }
   if (cfg.dropout_rate > 0)
     config_error(

@@ -127,15 +127,18 @@ std::vector<std::string> parse_string_list(const FieldSpec& f, const YAML::Node&
   return out;
 }
 
+// `what` is the singular and `whats` the plural, for the message.
 template <size_t N>
 void check_axis_name(const FieldSpec& f, const Origin& o, const std::string& name,
-                     const std::array<std::string_view, N>& allowed, std::string_view what) {
+                     const std::array<std::string_view, N>& allowed, std::string_view what,
+                     std::string_view whats) {
   std::vector<std::string_view> names(allowed.begin(), allowed.end());
   if (std::find(names.begin(), names.end(), name) != names.end()) return;
   std::string hint = closest_word(name, names);
-  value_error(f, o,
-              fmt::format("unknown {} '{}'{}; Tessera's {}s are: {}", what, name,
-                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), what, join(names)));
+  value_error(
+      f, o,
+      fmt::format("unknown {} '{}'{}; Tessera's {} are: {}", what, name,
+                  hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), whats, join(names)));
 }
 
 AxisRule parse_rule(const FieldSpec& f, const YAML::Node& n, const Origin& o) {
@@ -150,7 +153,7 @@ AxisRule parse_rule(const FieldSpec& f, const YAML::Node& n, const Origin& o) {
         fmt::format("rule {} is not [logical_axis, mesh_axis] or [logical_axis, [mesh_axis, ...]]", show(n)));
   AxisRule rule;
   rule.logical = n[0].Scalar();
-  check_axis_name(f, o, rule.logical, kLogicalAxes, "logical axis");
+  check_axis_name(f, o, rule.logical, kLogicalAxes, "logical axis", "logical axes");
   if (n[1].IsScalar()) {
     rule.mesh_axes.push_back(n[1].Scalar());
   } else {
@@ -160,7 +163,7 @@ AxisRule parse_rule(const FieldSpec& f, const YAML::Node& n, const Origin& o) {
       rule.mesh_axes.push_back(a.Scalar());
     }
   }
-  for (const std::string& a : rule.mesh_axes) check_axis_name(f, o, a, mesh_names, "mesh axis");
+  for (const std::string& a : rule.mesh_axes) check_axis_name(f, o, a, mesh_names, "mesh axis", "mesh axes");
   return rule;
 }
 
