@@ -1,3 +1,71 @@
-// tessera <command>: placeholder until the CLI lands.
-#include <cstdio>
-int main() { std::puts("tessera"); return 0; }
+// tessera <command> CONFIG [key=value ...]: the command-line entry point.
+//
+// CLI11 fits this shape: each command is a subcommand with a positional CONFIG and a positional
+// list of key=value overrides, and CLI11 gives --help for the program and for every command.
+// Its parse errors are reported in Tessera's format (one "tessera: error: " line, exit 2).
+// The command bodies live in commands.cc, where tests can reach them.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "tessera/cli/commands.h"
+
+namespace {
+
+using tessera::cli::ConfigArgs;
+
+constexpr const char* kFooter =
+    "Exit codes: 0 success, 1 failure, 2 usage or config error, 3 not in this build yet.\n"
+    "Example: tessera train configs/base.yml run_name=my_run model_name=llama-test steps=100";
+
+void add_config_args(CLI::App* sub, ConfigArgs& args) {
+  sub->add_option("CONFIG", args.config_file, "YAML config file, e.g. configs/base.yml")->required();
+  sub->add_option("OVERRIDES", args.overrides, "key=value settings that replace the file's (see help-config)")
+      ->option_text("key=value ...");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera::cli;
+  CLI::App app{"Tessera: LLM pre-training and inference, configured like MaxText.", "tessera"};
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tessera ") + std::string(kVersion));
+
+  ConfigArgs args;
+  std::string key;
+  bool yaml = false;
+  CLI::App* show =
+      app.add_subcommand("show-config", "Print the resolved config (files and overrides applied) as YAML.");
+  add_config_args(show, args);
+  CLI::App* help = app.add_subcommand("help-config", "List every config key, or describe one.");
+  help->add_option("KEY", key, "a config key");
+  help->add_flag("--yaml", yaml, "print every key at its default as a commented YAML file");
+  CLI::App* ver = app.add_subcommand("version", "Print the version and the CPU kernels this machine uses.");
+  std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
+  for (const PlannedCommand& c : planned_commands()) {
+    CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
+    add_config_args(sub, args);
+    planned.emplace_back(sub, &c);
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "tessera: error: " << e.what() << "\nRun 'tessera --help' for usage.\n";
+    return kExitUsage;
+  }
+
+  return run_guarded(
+      [&]() -> int {
+        if (show->parsed()) return show_config(args, std::cout);
+        if (help->parsed())
+          return help_config(key.empty() ? std::nullopt : std::optional(key), yaml, std::cout);
+        if (ver->parsed()) return version(std::cout);
+        for (const auto& [sub, command] : planned)
+          if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
+        return kExitUsage;  // unreachable: CLI11 requires one subcommand
+      },
+      std::cerr);
+}

@@ -1,0 +1,55 @@
+// The bodies of `tessera <command>`, kept out of main.cc so that tests can run them in-process.
+// main.cc parses argv (CLI11) and calls these; cli/ is the only part of Tessera that chooses exit
+// codes, and it chooses them here:
+//   0 success, 1 any other failure, 2 usage or config error, 3 command not in this build yet.
+// Errors go to `err` as one line starting "tessera: error: ".
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::cli {
+
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3 };
+
+inline constexpr std::string_view kVersion = "0.1.0";
+
+// A command's positional arguments: the config file and its key=value overrides.
+struct ConfigArgs {
+  std::string config_file;
+  std::vector<std::string> overrides;
+};
+
+// A command that loads its config but whose work is not in this build yet.
+struct PlannedCommand {
+  std::string_view name;     // "train"
+  std::string_view summary;  // one line for --help
+  std::string_view missing;  // "the training loop"
+};
+const std::vector<PlannedCommand>& planned_commands();
+
+// Runs `body`, turning a thrown tessera::Error or std::exception into a message on `err` and
+// the exit code for its kind (kConfig -> 2, anything else -> 1).
+int run_guarded(const std::function<int()>& body, std::ostream& err);
+
+// `tessera show-config CONFIG [k=v ...]`: the resolved config as YAML on `out`.
+int show_config(const ConfigArgs& args, std::ostream& out);
+
+// `tessera help-config [KEY] [--yaml]`: every key (type, default, allowed values, help), or one
+// key in detail; with yaml, every key at its default as a commented YAML file.
+int help_config(const std::optional<std::string>& key, bool yaml, std::ostream& out);
+
+// `tessera version`.
+int version(std::ostream& out);
+
+// train, decode, ...: load and validate the config, apply num_threads, write the resolved config
+// to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
+// (exit 3), never a silent success.
+int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,
+                    std::ostream& err);
+
+}  // namespace tessera::cli

@@ -1,0 +1,400 @@
+// The field table: every config key, in display order. Names and defaults are MaxText's where the
+// meaning is the same; where MaxText's default only makes sense on TPUs or Google Cloud, the
+// default is a local one (base_output_directory "runs", hardware "cpu", dataset_type "synthetic").
+// Value parsing and formatting are in values.cc; loading and precedence in load.cc.
+#include "tessera/config/schema.h"
+
+#include <unordered_map>
+
+namespace tessera::config {
+namespace {
+
+Range at_least(double lo) {
+  Range r;
+  r.lo = lo;
+  return r;
+}
+Range above(double lo) {
+  Range r = at_least(lo);
+  r.lo_open = true;
+  return r;
+}
+Range between(double lo, double hi, bool hi_open = false) {
+  Range r = at_least(lo);
+  r.hi = hi;
+  r.hi_open = hi_open;
+  return r;
+}
+Range above_up_to(double lo, double hi) {
+  Range r = between(lo, hi);
+  r.lo_open = true;
+  return r;
+}
+// MaxText's convention: -1 selects an automatic value, anything else must lie in `r`.
+Range or_minus_one(Range r, std::string_view meaning) {
+  r.special = -1;
+  r.special_meaning = meaning;
+  return r;
+}
+
+// Appends entries of one group to the table; one method per value type keeps each entry short.
+class Group {
+ public:
+  Group(std::vector<FieldSpec>& table, std::string_view name) : table_(table), name_(name) {}
+
+  void boolean(std::string_view key, bool Config::*m, std::string_view def, std::string_view help) {
+    add({key, FieldType::kBool, m, def, {}, {}, {}, name_, help});
+  }
+  void integer(std::string_view key, int64_t Config::*m, std::string_view def, Range r,
+               std::string_view help) {
+    add({key, FieldType::kInt, m, def, r, {}, {}, name_, help});
+  }
+  void real(std::string_view key, double Config::*m, std::string_view def, Range r, std::string_view help) {
+    add({key, FieldType::kFloat, m, def, r, {}, {}, name_, help});
+  }
+  void text(std::string_view key, std::string Config::*m, std::string_view def, std::string_view help) {
+    add({key, FieldType::kString, m, def, {}, {}, {}, name_, help});
+  }
+  void choice(std::string_view key, std::string Config::*m, std::string_view def,
+              std::vector<std::string_view> choices, std::vector<std::string_view> unsupported,
+              std::string_view help) {
+    add({key, FieldType::kChoice, m, def, {}, std::move(choices), std::move(unsupported), name_, help});
+  }
+  void strings(std::string_view key, std::vector<std::string> Config::*m, std::string_view def,
+               std::vector<std::string_view> elements, std::string_view help) {
+    add({key, FieldType::kStringList, m, def, {}, std::move(elements), {}, name_, help});
+  }
+  void rules(std::string_view key, std::vector<AxisRule> Config::*m, std::string_view def,
+             std::string_view help) {
+    add({key, FieldType::kAxisRules, m, def, {}, {}, {}, name_, help});
+  }
+
+ private:
+  void add(FieldSpec f) { table_.push_back(std::move(f)); }
+  std::vector<FieldSpec>& table_;
+  std::string_view name_;
+};
+
+void add_run_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "run");
+  g.text("run_name", &Config::run_name, R"("")",
+         "Name of the run. Outputs (resolved config, checkpoints, metrics) go to "
+         "{base_output_directory}/{run_name}/; a run started again under the same name resumes from "
+         "its latest checkpoint. Commands that write outputs require it.");
+  g.text("base_output_directory", &Config::base_output_directory, R"("runs")",
+         "Folder that holds one sub-folder per run.");
+  g.text("model_name", &Config::model_name, R"("default")",
+         "Model preset: loads configs/models/<model_name>.yml over the config file. \"default\" loads "
+         "none. Keys the preset sets can be overridden on the command line only with "
+         "override_model_config=true.");
+  g.boolean("override_model_config", &Config::override_model_config, "false",
+            "Allow command-line key=value arguments to replace keys set by the model preset.");
+  g.choice("hardware", &Config::hardware, "cpu", {"cpu", "gpu"}, {"tpu", "gpu_multiprocess"},
+           "Device kind the run executes on.");
+  g.integer("num_threads", &Config::num_threads, "0", between(0, 65536),
+            "CPU threads for kernels and oneDNN (one OpenMP pool). 0 = one per core the process may "
+            "run on.");
+  g.real("device_peak_tflops", &Config::device_peak_tflops, "0.0", at_least(0),
+         "Peak dense TFLOP/s of one device in the compute dtype, used for MFU. 0 = measure it at "
+         "start-up with a short GEMM calibration.");
+}
+
+void add_model_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "model");
+  g.choice("decoder_block", &Config::decoder_block, "llama2",
+           {"default",      "llama2",  "mistral", "mixtral",   "deepseek",
+            "deepseek4",    "gemma",   "gemma2",  "gemma3",    "gemma4",
+            "gemma4_small", "qwen2",   "qwen3",   "qwen3_moe", "qwen3_custom_moe",
+            "qwen3_next",   "qwen3_5", "gpt3",    "gpt_oss",   "llama4",
+            "olmo3",        "envy",    "simple",  "simple_mlp"},
+           {}, "Decoder family (MaxText's names). The model builder says which families this build has.");
+  g.integer("global_parameter_scale", &Config::global_parameter_scale, "1", at_least(1),
+            "Scales the base_* dimensions; a power of 2. Each factor of 8 doubles embedding, heads, "
+            "MLP and layers; factors 2 and 4 in between grow heads and MLP, then embedding "
+            "(MaxText's get_individual_scales).");
+  g.integer("base_emb_dim", &Config::base_emb_dim, "2048", at_least(1),
+            "Model (embedding) width before global_parameter_scale.");
+  g.integer("base_num_query_heads", &Config::base_num_query_heads, "16", at_least(1),
+            "Attention query heads before global_parameter_scale.");
+  g.integer("base_num_kv_heads", &Config::base_num_kv_heads, "16", at_least(1),
+            "Key/value heads before global_parameter_scale; must divide the query heads (equal: MHA, "
+            "fewer: GQA, 1: MQA).");
+  g.integer("base_mlp_dim", &Config::base_mlp_dim, "7168", at_least(1),
+            "MLP hidden width before global_parameter_scale.");
+  g.integer("base_num_decoder_layers", &Config::base_num_decoder_layers, "16", at_least(1),
+            "Decoder layers before global_parameter_scale.");
+  g.integer("head_dim", &Config::head_dim, "128", at_least(1), "Width of one attention head (not scaled).");
+  g.integer("vocab_size", &Config::vocab_size, "32000", at_least(1),
+            "Vocabulary size of the embedding and output layers.");
+  g.strings("mlp_activations", &Config::mlp_activations, R"(["silu", "linear"])",
+            {"silu", "gelu", "relu", "sigmoid", "tanh", "linear"},
+            "Activation of each MLP input projection; two entries make a gated MLP: [silu, linear] "
+            "is SwiGLU, [gelu, linear] GeGLU.");
+  g.real("normalization_layer_epsilon", &Config::normalization_layer_epsilon, "1e-05", above(0),
+         "Epsilon of RMSNorm / LayerNorm.");
+  g.boolean("logits_via_embedding", &Config::logits_via_embedding, "false",
+            "Tie the output projection to the token embedding.");
+  g.choice("rope_type", &Config::rope_type, "default", {"default", "llama3.1", "yarn"}, {},
+           "Rotary embedding variant: plain RoPE, Llama 3.1 frequency scaling, or YaRN.");
+  g.integer("rope_max_timescale", &Config::rope_max_timescale, "10000", at_least(1),
+            "RoPE base wavelength (theta).");
+  g.choice("attention_type", &Config::attention_type, "global",
+           {"global", "local_sliding", "chunk", "mla", "full", "compressed", "block_diffusion"}, {},
+           "Attention variant (MaxText's names): global causal, local_sliding uses "
+           "sliding_window_size.");
+  g.integer("sliding_window_size", &Config::sliding_window_size, "0", at_least(0),
+            "Window of local_sliding attention in tokens; 0 = none.");
+  g.choice("dtype", &Config::dtype, "bfloat16", {"float32", "bfloat16"}, {"float16"},
+           "Activation and compute dtype.");
+  g.choice("weight_dtype", &Config::weight_dtype, "float32", {"float32"}, {"bfloat16", "float16"},
+           "Dtype of the master parameters and optimizer state.");
+  g.boolean("enable_dropout", &Config::enable_dropout, "true",
+            "Apply dropout at dropout_rate during training (only a rate of 0 is supported).");
+  g.real("dropout_rate", &Config::dropout_rate, "0.0", between(0, 1, true),
+         "Dropout probability. Tessera supports only 0.");
+  g.integer("init_weights_seed", &Config::init_weights_seed, "0", at_least(0),
+            "Seed of the parameter initialisation.");
+}
+
+void add_memory_and_training_keys(std::vector<FieldSpec>& t) {
+  Group m(t, "memory");
+  m.choice("remat_policy", &Config::remat_policy, "full",
+           {"full", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
+            "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",
+            "qkv_proj_offloaded", "minimal_offloaded", "none"},
+           {"custom"},
+           "Which activations the backward pass recomputes (MaxText's names): full recomputes each "
+           "layer from its input, none keeps everything, the others keep the named projections.");
+  m.boolean("scan_layers", &Config::scan_layers, "true",
+            "Stacked layer parameters (one tensor per weight kind over all layers), as MaxText's "
+            "scanned checkpoints; false keeps one set per layer.");
+
+  Group g(t, "training");
+  g.integer("steps", &Config::steps, "150001", at_least(1), "Optimizer steps to train for.");
+  g.real("per_device_batch_size", &Config::per_device_batch_size, "12.0", above(0),
+         "Sequences per device per micro-step; may be fractional when per_device_batch_size x "
+         "devices is a whole number.");
+  g.integer("max_target_length", &Config::max_target_length, "2048", at_least(1),
+            "Sequence length in tokens.");
+  g.integer("gradient_accumulation_steps", &Config::gradient_accumulation_steps, "1", at_least(1),
+            "Micro-steps whose gradients are summed before one optimizer step.");
+  g.real("gradient_clipping_threshold", &Config::gradient_clipping_threshold, "1.0", at_least(0),
+         "Clip gradients to this global L2 norm; 0 disables clipping.");
+  g.boolean("abort_on_nan_loss", &Config::abort_on_nan_loss, "true", "Stop the run when the loss is NaN.");
+  g.boolean("abort_on_inf_loss", &Config::abort_on_inf_loss, "true",
+            "Stop the run when the loss is infinite.");
+}
+
+void add_optimizer_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "optimizer");
+  g.choice("opt_type", &Config::opt_type, "adamw", {"adamw", "sgd"}, {"adam_pax", "muon"},
+           "Optimizer: AdamW (decoupled weight decay) or plain SGD.");
+  g.real("adam_b1", &Config::adam_b1, "0.9", between(0, 1, true), "Decay rate of Adam's first moment.");
+  g.real("adam_b2", &Config::adam_b2, "0.95", between(0, 1, true), "Decay rate of Adam's second moment.");
+  g.real("adam_eps", &Config::adam_eps, "1e-08", at_least(0),
+         "Added to the denominator outside the square root.");
+  g.real("adam_eps_root", &Config::adam_eps_root, "0.0", at_least(0),
+         "Added to the second moment inside the square root.");
+  g.real("adam_weight_decay", &Config::adam_weight_decay, "0.1", at_least(0),
+         "AdamW decoupled weight decay, multiplied by the learning rate.");
+
+  Group s(t, "schedule");
+  s.real("learning_rate", &Config::learning_rate, "3e-05", at_least(0), "Peak learning rate.");
+  s.choice("lr_schedule_type", &Config::lr_schedule_type, "cosine", {"cosine", "wsd"}, {},
+           "Linear warmup, then cosine decay to learning_rate x learning_rate_final_fraction; or "
+           "warmup-stable-decay (wsd).");
+  s.real("warmup_steps_fraction", &Config::warmup_steps_fraction, "0.1", between(0, 1),
+         "Fraction of the schedule spent warming up linearly from 0.");
+  s.real("learning_rate_final_fraction", &Config::learning_rate_final_fraction, "0.1", between(0, 1),
+         "Final learning rate as a fraction of learning_rate.");
+  s.integer("learning_rate_schedule_steps", &Config::learning_rate_schedule_steps, "-1",
+            or_minus_one(at_least(1), "= steps"),
+            "Length of the schedule; steps beyond it train at learning rate 0.");
+  s.real("wsd_decay_steps_fraction", &Config::wsd_decay_steps_fraction, "0.1", between(0, 1),
+         "wsd: fraction of the schedule spent decaying at the end.");
+  s.choice("wsd_decay_style", &Config::wsd_decay_style, "linear", {"linear", "cosine"}, {},
+           "wsd: shape of the final decay.");
+}
+
+void add_data_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "data");
+  g.choice("dataset_type", &Config::dataset_type, "synthetic", {"synthetic", "tokens", "text"},
+           {"tfds", "hf", "grain", "c4_mlperf", "olmo_grain"},
+           "Input: synthetic random tokens, pre-tokenized token shards (prepare-data output), or "
+           "text/JSONL tokenized on the fly.");
+  g.text("dataset_path", &Config::dataset_path, R"("")",
+         "File, folder or glob of the training data (tokens and text datasets).");
+  g.text("tokenizer_path", &Config::tokenizer_path, R"("")", "Tokenizer model file.");
+  g.choice("tokenizer_type", &Config::tokenizer_type, "sentencepiece",
+           {"sentencepiece", "huggingface", "tiktoken"}, {},
+           "Tokenizer format: SentencePiece model, Hugging Face tokenizer.json (byte-level BPE), or "
+           "tiktoken ranks.");
+  g.boolean("packing", &Config::packing, "true",
+            "Pack several documents into one sequence, with segment ids that keep attention within "
+            "each document.");
+  g.boolean("add_bos", &Config::add_bos, "true", "Prepend the BOS token to each document.");
+  g.boolean("add_eos", &Config::add_eos, "true", "Append the EOS token to each document.");
+  g.boolean("enable_data_shuffling", &Config::enable_data_shuffling, "true", "Shuffle the training data.");
+  g.integer("data_shuffle_seed", &Config::data_shuffle_seed, "0", at_least(0), "Seed of the data order.");
+
+  Group e(t, "eval");
+  e.integer("eval_interval", &Config::eval_interval, "-1", or_minus_one(at_least(1), "no eval"),
+            "Run an evaluation every this many steps.");
+  e.integer("eval_steps", &Config::eval_steps, "-1", or_minus_one(at_least(1), "the whole eval set"),
+            "Batches per evaluation.");
+  e.real("eval_per_device_batch_size", &Config::eval_per_device_batch_size, "0.0", at_least(0),
+         "Eval sequences per device; 0 = per_device_batch_size.");
+}
+
+void add_checkpoint_and_logging_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "checkpointing");
+  g.boolean("enable_checkpointing", &Config::enable_checkpointing, "true",
+            "Save checkpoints to {base_output_directory}/{run_name}/checkpoints/.");
+  g.boolean("async_checkpointing", &Config::async_checkpointing, "true",
+            "Write checkpoints in the background while training continues.");
+  g.integer("checkpoint_period", &Config::checkpoint_period, "10000", at_least(1),
+            "Save a checkpoint every this many steps.");
+  g.integer("max_num_checkpoints_to_keep", &Config::max_num_checkpoints_to_keep, "-1",
+            or_minus_one(at_least(1), "keep all"), "Delete older checkpoints beyond this many.");
+  g.text("load_parameters_path", &Config::load_parameters_path, R"("")",
+         "Start from the parameters of this checkpoint (fresh optimizer state and step 0). Not "
+         "with load_full_state_path.");
+  g.text("load_full_state_path", &Config::load_full_state_path, R"("")",
+         "Start from this checkpoint's parameters, optimizer state and step. Not with "
+         "load_parameters_path.");
+
+  Group l(t, "logging");
+  l.integer("log_period", &Config::log_period, "100", at_least(1),
+            "Flush metrics (TensorBoard, metrics_file) every this many steps.");
+  l.boolean("enable_tensorboard", &Config::enable_tensorboard, "true",
+            "Write TensorBoard event files to {base_output_directory}/{run_name}/tensorboard/.");
+  l.text("metrics_file", &Config::metrics_file, R"("")",
+         "Also write per-step metrics as JSON lines to this file; empty = none.");
+}
+
+void add_parallelism_keys(std::vector<FieldSpec>& t) {
+  // Each ici/dcn key is spelt out so that the table stays greppable, one line per key.
+  Group g(t, "parallelism");
+  const Range r = or_minus_one(at_least(1), "fill: the devices the other axes leave");
+  g.integer("ici_data_parallelism", &Config::ici_data_parallelism, "1", r,
+            "Data parallelism within a slice.");
+  g.integer("ici_pipeline_parallelism", &Config::ici_pipeline_parallelism, "1", r,
+            "Pipeline stages within a slice (mesh axis `stage`).");
+  g.integer("ici_fsdp_parallelism", &Config::ici_fsdp_parallelism, "-1", r,
+            "Fully sharded data parallelism within a slice (parameters sharded on `embed`).");
+  g.integer("ici_fsdp_transpose_parallelism", &Config::ici_fsdp_transpose_parallelism, "1", r,
+            "FSDP over the `mlp` dimension within a slice.");
+  g.integer("ici_sequence_parallelism", &Config::ici_sequence_parallelism, "1", r,
+            "Sequence parallelism within a slice.");
+  g.integer("ici_context_parallelism", &Config::ici_context_parallelism, "1", r,
+            "Context parallelism within a slice (attention over a sharded sequence).");
+  g.integer("ici_tensor_parallelism", &Config::ici_tensor_parallelism, "1", r,
+            "Tensor parallelism within a slice (heads, mlp, vocab).");
+  g.integer("ici_tensor_transpose_parallelism", &Config::ici_tensor_transpose_parallelism, "1", r,
+            "Tensor parallelism over the `embed` dimension within a slice.");
+  g.integer("ici_expert_parallelism", &Config::ici_expert_parallelism, "1", r,
+            "Expert parallelism within a slice.");
+  g.integer("dcn_data_parallelism", &Config::dcn_data_parallelism, "-1", r,
+            "Data parallelism across slices.");
+  g.integer("dcn_pipeline_parallelism", &Config::dcn_pipeline_parallelism, "1", r,
+            "Pipeline stages across slices.");
+  g.integer("dcn_fsdp_parallelism", &Config::dcn_fsdp_parallelism, "1", r, "FSDP across slices.");
+  g.integer("dcn_fsdp_transpose_parallelism", &Config::dcn_fsdp_transpose_parallelism, "1", r,
+            "FSDP over `mlp` across slices.");
+  g.integer("dcn_sequence_parallelism", &Config::dcn_sequence_parallelism, "1", r,
+            "Sequence parallelism across slices.");
+  g.integer("dcn_context_parallelism", &Config::dcn_context_parallelism, "1", r,
+            "Context parallelism across slices.");
+  g.integer("dcn_tensor_parallelism", &Config::dcn_tensor_parallelism, "1", r,
+            "Tensor parallelism across slices.");
+  g.integer("dcn_tensor_transpose_parallelism", &Config::dcn_tensor_transpose_parallelism, "1", r,
+            "Tensor parallelism over `embed` across slices.");
+  g.integer("dcn_expert_parallelism", &Config::dcn_expert_parallelism, "1", r,
+            "Expert parallelism across slices.");
+  // MaxText's default rules, restricted to the mesh axes and logical axes Tessera has.
+  g.rules("logical_axis_rules", &Config::logical_axis_rules,
+          R"([[activation_batch, [data, fsdp, fsdp_transpose, expert]],
+              [activation_heads, [tensor, tensor_transpose, sequence]],
+              [activation_length, [sequence, context]],
+              [activation_length, [context]],
+              [activation_embed, [tensor, tensor_transpose]],
+              [activation_mlp, [tensor, tensor_transpose]],
+              [activation_kv, [tensor, tensor_transpose]],
+              [activation_vocab, [tensor, tensor_transpose, sequence]],
+              [activation_vocab, [tensor, tensor_transpose]],
+              [activation_vocab, [sequence, context]],
+              [mlp, [fsdp_transpose, tensor]],
+              [vocab, [tensor, tensor_transpose]],
+              [heads, [tensor, tensor_transpose]],
+              [kv_heads, [tensor, tensor_transpose]],
+              [embed, [fsdp, fsdp_transpose, sequence, tensor_transpose, context, expert]],
+              [embed, [fsdp, sequence, tensor_transpose, context, expert]],
+              [embed, [fsdp, fsdp_transpose, sequence, context, expert]],
+              [embed, [fsdp, sequence, context, expert]],
+              [norm, [tensor, tensor_transpose]],
+              [kv, []],
+              [exp, [expert]]])",
+          "Maps each logical tensor axis to the mesh axes it is sharded over: a list of "
+          "[logical_axis, mesh_axis] or [logical_axis, [mesh_axis, ...]]. For each tensor dimension the "
+          "first rule whose mesh axes are unused and divide the dimension wins.");
+  g.boolean("shard_optimizer_over_data", &Config::shard_optimizer_over_data, "false",
+            "ZeRO-1: shard the optimizer state over the data axis as well.");
+}
+
+void add_inference_and_compile_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "inference");
+  g.integer("max_prefill_predict_length", &Config::max_prefill_predict_length, "64", at_least(1),
+            "Longest prompt (prefill) in tokens; generation continues up to max_target_length.");
+  g.text("prompt", &Config::prompt, R"("I love to")", "Prompt that `tessera decode` completes.");
+  g.choice("decode_sampling_strategy", &Config::decode_sampling_strategy, "greedy",
+           {"greedy", "weighted", "nucleus", "topk", "composite"}, {},
+           "Sampling: greedy argmax; weighted by temperature; nucleus (top-p); top-k; or composite "
+           "(top-k, then top-p, then temperature).");
+  g.real("decode_sampling_temperature", &Config::decode_sampling_temperature, "1.0", above(0),
+         "Softmax temperature of the weighted, nucleus, topk and composite strategies.");
+  g.real("decode_sampling_nucleus_p", &Config::decode_sampling_nucleus_p, "-1.0",
+         or_minus_one(above_up_to(0, 1), "unset"), "Probability mass kept by nucleus sampling.");
+  g.integer("decode_sampling_top_k", &Config::decode_sampling_top_k, "0", at_least(0),
+            "Tokens kept by top-k sampling; 0 = unset.");
+
+  Group c(t, "compile");
+  c.text("compile_topology", &Config::compile_topology, R"("")",
+         "Target machine for `tessera compile`, which plans a run without the hardware.");
+  c.integer("compile_topology_num_slices", &Config::compile_topology_num_slices, "-1",
+            or_minus_one(at_least(1), "one slice"), "Slices of the target machine.");
+  c.text("compiled_plan_file", &Config::compiled_plan_file, R"("")",
+         "`tessera compile` writes the plan here; `tessera train` loads it and checks that shapes, "
+         "mesh and schedule match.");
+}
+
+std::vector<FieldSpec> build_schema() {
+  std::vector<FieldSpec> t;
+  add_run_keys(t);
+  add_model_keys(t);
+  add_memory_and_training_keys(t);
+  add_optimizer_keys(t);
+  add_data_keys(t);
+  add_checkpoint_and_logging_keys(t);
+  add_parallelism_keys(t);
+  add_inference_and_compile_keys(t);
+  return t;
+}
+
+}  // namespace
+
+const std::vector<FieldSpec>& schema() {
+  static const std::vector<FieldSpec> table = build_schema();
+  return table;
+}
+
+const FieldSpec* find_field(std::string_view name) {
+  static const std::unordered_map<std::string_view, const FieldSpec*> index = [] {
+    std::unordered_map<std::string_view, const FieldSpec*> m;
+    for (const FieldSpec& f : schema()) m.emplace(f.name, &f);
+    return m;
+  }();
+  auto it = index.find(name);
+  return it == index.end() ? nullptr : it->second;
+}
+
+}  // namespace tessera::config
