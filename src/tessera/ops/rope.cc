@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "tessera/backends/cpu/rope_kernels.h"
 #include "tessera/core/error.h"
@@ -65,8 +66,10 @@ int64_t check_rope(const char* op, const char* xn, const Tensor& x, const Tensor
     if (pos[t] < 0 || pos[t] >= limit)
       fail(ErrorKind::kShape,
            "{}: position {} of token {} (flat index into {}) is outside the RopeTable, which covers "
-           "positions 0..{}; build the table with max_positions > {}",
-           op, pos[t], t, positions.str(), limit - 1, pos[t]);
+           "positions 0..{}; {}",
+           op, pos[t], t, positions.str(), limit - 1,
+           pos[t] < 0 ? std::string("positions must be >= 0")
+                      : fmt::format("build the table with max_positions > {}", pos[t]));
   }
   return tokens;
 }

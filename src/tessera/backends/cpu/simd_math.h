@@ -19,6 +19,11 @@
 // Linkage: everything sits in an anonymous namespace. The header is included by translation
 // units compiled with different -m flags; internal linkage keeps the linker from merging an
 // AVX-512 copy of an inline function into AVX2 code (an ODR trap with plain `inline`).
+//
+// Checking that a kernel vectorised: its loops use zmm registers in the AVX-512 object (ymm in
+// the AVX2 one) and it calls no libm function. In the build tree, for example:
+//   objdump -d -C CMakeFiles/tessera_lib.dir/src/tessera/backends/cpu/norm_kernels_avx512.cc.o
+//
 // Left out: log, sin/cos (RoPE tables are built once in double with libm).
 #pragma once
 
@@ -70,6 +75,7 @@ inline uint16_t from_f32<uint16_t>(float v) {
 // bits without a float-to-int conversion (undefined for NaN in C++). 2^n is applied as two
 // factors 2^n1 * 2^n2 (n1 = floor(n/2)), so that n in [-150, 128] needs only normal-range scale
 // factors: results underflow gradually to subnormals and overflow to +inf exactly as IEEE would.
+//
 // exp(x + lo) for a small correction lo (|lo| <= ulp(x)), added to r after the reduction so that
 // it is not lost when x + lo would round to x. erfc uses it to keep the error of -a^2 out.
 inline float exp_with_tail_f32(float x, float lo) {
