@@ -263,8 +263,9 @@ TEST(NormReference, GradientsMatchFiniteDifferences) {
     for (int64_t i = 0; i < n * c; ++i)
       EXPECT_NEAR(dx[i], central(x, i, f), 1e-8) << "dx " << i << " layer=" << layer;
     for (int64_t j = 0; j < c; ++j) EXPECT_NEAR(dg[j], central(g, j, f), 1e-8) << "dgamma " << j;
-    if (layer)
+    if (layer) {
       for (int64_t j = 0; j < c; ++j) EXPECT_NEAR(db[j], central(b, j, f), 1e-8) << "dbeta " << j;
+    }
   }
 }
 
