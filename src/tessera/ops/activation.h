@@ -1,0 +1,65 @@
+// Activations of the MLP: plain act(x) and the gated unit act(gate) * up (SwiGLU with silu, GeGLU
+// with gelu), forward and backward, byte counts, and double references for tests.
+//
+// Names follow MaxText's `mlp_activations` strings, which MaxText resolves as getattr(jax.nn, s):
+//   "silu"        x * sigmoid(x)                                 (= "swish")
+//   "gelu"        the TANH APPROXIMATION 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), because
+//                 jax.nn.gelu defaults to approximate=True (Flax's nn.gelu is the same function);
+//                 Hugging Face calls this "gelu_pytorch_tanh" (Gemma) or "gelu_new" (GPT-2).
+//   "gelu_exact"  x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), which is what Hugging Face and PyTorch
+//                 mean by plain "gelu" (BERT-style models). MaxText has no string for it.
+//   "linear"      identity; MaxText's [silu, linear] is SwiGLU: silu(x W_gate) * (x W_up).
+// A checkpoint converter must map Hugging Face's "gelu" to Activation::kGeluErf, not to "gelu".
+//
+// Layout: gate, up and out are [N, F] (any rank; the last dimension is F). A rank-2 tensor may
+// have a row stride larger than F (the kernels take one per operand), so the two halves of a fused
+// [N, 2F] projection can be passed as gate and up once core/tensor.h offers a column view; today's
+// Tensor makes only contiguous views, so in practice all operands are contiguous.
+//
+// No FLOP counts: these ops are bound by memory traffic (the bytes below are the minimum, each
+// input read once and each output written once), and their transcendentals are not FLOPs a
+// roofline or MFU figure would count.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/backends/cpu/activation_kernels.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::ops {
+
+using Activation = cpu::Activation;
+
+// "silu", "gelu" (tanh approximation), "gelu_exact" (erf), "linear"; throws kConfig listing them.
+Activation activation_from_name(std::string_view name);
+std::string_view activation_name(Activation act);
+
+// y = act(x). x, y: same shape, f32 or bf16 (same dtype), contiguous; y may alias x.
+void act_fwd(Activation act, const Tensor& x, const Tensor& y);
+// dx = dy * act'(x) (overwritten). All the same shape and dtype, contiguous; dx may alias dy.
+void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+// out = act(gate) * up, elementwise over [N, F]. All one dtype (f32 or bf16).
+void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& out);
+// dgate = dout * up * act'(gate), dup = dout * act(gate) (both overwritten). dgate may alias
+// gate and dup may alias up.
+void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+             const Tensor& dup);
+
+// Minimal memory traffic in bytes for n elements (act) or an [n, f] gated unit.
+int64_t act_fwd_bytes(int64_t n, DType dtype);             // read x, write y
+int64_t act_bwd_bytes(int64_t n, DType dtype);             // read x, dy; write dx
+int64_t glu_fwd_bytes(int64_t n, int64_t f, DType dtype);  // read gate, up; write out
+int64_t glu_bwd_bytes(int64_t n, int64_t f, DType dtype);  // read gate, up, dout; write dgate, dup
+
+// References in double.
+double act_ref(Activation act, double x);
+double act_grad_ref(Activation act, double x);  // d act / dx
+void act_fwd_ref(Activation act, const double* x, double* y, int64_t n);
+void act_bwd_ref(Activation act, const double* x, const double* dy, double* dx, int64_t n);
+void glu_fwd_ref(Activation act, const double* gate, const double* up, double* out, int64_t n);
+void glu_bwd_ref(Activation act, const double* gate, const double* up, const double* dout, double* dgate,
+                 double* dup, int64_t n);
+
+}  // namespace tessera::ops
