@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -229,6 +231,73 @@ TEST(CrossEntropy, OnlineMaxAcrossChunks) {
     EXPECT_TRUE(testing::all_close(testing::to_vector(lse), lse_ref, 2 * kEpsF32, lse_atol(vocab)));
     EXPECT_TRUE(testing::all_close(testing::to_vector(loss), loss_ref, 0, lse_atol(vocab) + 40 * kEpsF32));
   });
+}
+
+// Logits of magnitude 1000, each row's maximum in a different vector lane: the subtraction of the
+// true row maximum is what keeps exp finite. Errors: lse_atol plus rounding of |lse| <= 1500 to f32,
+// and loss = lse - x_t cancels, so both carry 2 * 1504 * eps absolutely.
+TEST(CrossEntropy, LargeLogitsStayFinite) {
+  const int64_t n = 16, vocab = 4099;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    OwnedTensor logits(Shape{n, vocab}, dt), targets(Shape{n}, DType::kI32);
+    OwnedTensor loss(Shape{n}, DType::kF32), lse(Shape{n}, DType::kF32);
+    auto x = testing::fill_uniform(logits, 41, -1000, 1000);
+    for (int64_t r = 0; r < n; ++r) {  // the maximum of row r sits in lane r of a vector
+      const int64_t i = r * vocab + 2048 + 16 * r + r;
+      if (dt == DType::kBF16) {
+        logits.t.ptr<uint16_t>()[i] = f32_to_bf16(1500.0f);  // 1504: bf16 spacing is 8 here
+      } else {
+        logits.t.ptr<float>()[i] = 1500.0f;
+      }
+      x[i] = testing::get(logits, i);  // the reference sees the stored value
+    }
+    const auto tg = make_targets(targets, vocab, 42);
+    std::vector<double> loss_ref, lse_ref;
+    ops::cross_entropy_forward_ref(x, tg, vocab, 0.0, loss_ref, lse_ref);
+    testing::for_each_isa([&] {
+      ops::cross_entropy_forward(logits, targets, loss, lse);
+      const double atol = lse_atol(vocab) + 2 * 1504 * kEpsF32;
+      EXPECT_TRUE(testing::all_close(testing::to_vector(lse), lse_ref, 0, atol)) << dtype_name(dt);
+      EXPECT_TRUE(testing::all_close(testing::to_vector(loss), loss_ref, 0, atol)) << dtype_name(dt);
+    });
+  }
+}
+
+// NaN is never hidden: a NaN logit makes its row's lse and loss NaN (also when a whole chunk is
+// NaN, which must not pass for a masked one), and a NaN dloss makes the row's gradient NaN, in
+// bf16 too (a NaN whose payload would round to -0 or infinity stays NaN).
+TEST(CrossEntropy, NanPropagates) {
+  const int64_t n = 3, vocab = 4099;
+  const float nan = std::bit_cast<float>(0x7fffffffu);  // NaN with every payload bit set
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    OwnedTensor logits(Shape{n, vocab}, dt), dlogits(Shape{n, vocab}, dt), targets(Shape{n}, DType::kI32);
+    OwnedTensor loss(Shape{n}, DType::kF32), lse(Shape{n}, DType::kF32), dloss(Shape{n}, DType::kF32);
+    testing::fill_uniform(logits, 51, -4, 4);
+    auto set = [&](int64_t i, float v) {
+      if (dt == DType::kBF16) {
+        logits.t.ptr<uint16_t>()[i] = f32_to_bf16(v);
+      } else {
+        logits.t.ptr<float>()[i] = v;
+      }
+    };
+    set(5, nan);                                              // row 0: one NaN
+    for (int64_t v = 0; v < vocab; ++v) set(vocab + v, nan);  // row 1: all NaN
+    const int32_t t[3] = {1, 2, 3};
+    std::memcpy(targets.t.data(), t, sizeof t);
+    const float g[3] = {1.0f, 1.0f, nan};  // row 2: NaN upstream gradient
+    std::memcpy(dloss.t.data(), g, sizeof g);
+    testing::for_each_isa([&] {
+      ops::cross_entropy_forward(logits, targets, loss, lse);
+      for (int64_t r = 0; r < 2; ++r) {
+        EXPECT_TRUE(std::isnan(lse.t.ptr<float>()[r])) << dtype_name(dt) << " row " << r;
+        EXPECT_TRUE(std::isnan(loss.t.ptr<float>()[r])) << dtype_name(dt) << " row " << r;
+      }
+      EXPECT_TRUE(std::isfinite(lse.t.ptr<float>()[2]));
+      ops::cross_entropy_backward(logits, targets, lse, dloss, dlogits);
+      for (int64_t v = 0; v < vocab; ++v)
+        ASSERT_TRUE(std::isnan(testing::get(dlogits, 2 * vocab + v))) << dtype_name(dt) << " at " << v;
+    });
+  }
 }
 
 TEST(CrossEntropy, MeanOverCountedTokens) {
