@@ -53,6 +53,22 @@ TEST(Embedding, ForwardIsExactForEveryDtypePair) {
       }
 }
 
+// f32 -> bf16 conversion of special values: bit for bit core's f32_to_bf16 (NaN stays NaN even when
+// its payload would round into the sign bit, infinities, signed zero, overflow, ties to even).
+TEST(Embedding, ForwardConvertsSpecialValuesLikeCore) {
+  const std::vector<uint32_t> bits = {0x7fffffffu, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                                      0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x00010000u};
+  const int64_t c = static_cast<int64_t>(bits.size());
+  OwnedTensor table(Shape{1, c}, DType::kF32), ids(Shape{2}, DType::kI32), out(Shape{2, c}, DType::kBF16);
+  std::memcpy(table.t.data(), bits.data(), bits.size() * 4);
+  std::memset(ids.t.data(), 0, 8);
+  testing::for_each_isa([&] {
+    ops::embedding_forward(table, ids, out);
+    for (int64_t i = 0; i < 2 * c; ++i)
+      EXPECT_EQ(out.t.ptr<uint16_t>()[i], f32_to_bf16(table.t.ptr<float>()[i % c])) << "at " << i;
+  });
+}
+
 // dtable starts non-zero (the op accumulates). Each element is a sum of k terms in f32, in token
 // order: error <= k * 2^-24 * (|dtable0| + sum |terms|) <= N * 2^-24 * (1 + N) with inputs in [-1, 1].
 TEST(Embedding, BackwardMatchesReference) {
