@@ -102,6 +102,25 @@ TEST(AdamW, WeightDecayIsDecoupled) {
   }
 }
 
+// A NaN gradient (here with every payload bit set, which naive rounding would turn into -0) must
+// reach the parameters and their bf16 copy as NaN, so that a diverged step cannot pass unseen.
+TEST(AdamW, NanGradientReachesTheBf16Copy) {
+  const int64_t n = 19;
+  OwnedTensor p(Shape{n}, DType::kF32), g(Shape{n}, DType::kF32), m(Shape{n}, DType::kF32),
+      v(Shape{n}, DType::kF32), pb(Shape{n}, DType::kBF16);
+  testing::for_each_isa([&] {
+    testing::fill_uniform(p, 1);
+    std::memset(m.t.data(), 0, m.t.nbytes());
+    std::memset(v.t.data(), 0, v.t.nbytes());
+    for (int64_t i = 0; i < n; ++i) g.t.ptr<uint32_t>()[i] = 0x7fffffffu;
+    ops::adamw_update(p, g, m, v, {}, pb);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(bf16_to_f32(pb.t.ptr<uint16_t>()[i]))) << i;
+    testing::fill_uniform(p, 1);
+    ops::sgd_update(p, g, {}, pb);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(bf16_to_f32(pb.t.ptr<uint16_t>()[i]))) << i;
+  });
+}
+
 // SGD: p - lr * (s g): constants s and lr and two products (4 eps on lr |s g|), then the
 // subtraction (1 eps on |p| + lr |s g|).
 TEST(Sgd, MatchesReference) {
