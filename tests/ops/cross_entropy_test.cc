@@ -315,6 +315,14 @@ TEST(CrossEntropy, MeanOverCountedTokens) {
   EXPECT_EQ(m.mean, 0.0);
 }
 
+TEST(CrossEntropy, NoRows) {
+  OwnedTensor logits(Shape{0, 7}, DType::kBF16), targets(Shape{0}, DType::kI32), loss(Shape{0}, DType::kF32),
+      lse(Shape{0}, DType::kF32);
+  ops::cross_entropy_forward(logits, targets, loss, lse);
+  ops::cross_entropy_backward(logits, targets, lse, loss, logits);
+  EXPECT_EQ(ops::cross_entropy_mean(loss, targets).count, 0);
+}
+
 TEST(CrossEntropy, RejectsBadArguments) {
   OwnedTensor logits(Shape{3, 10}, DType::kF32), targets(Shape{3}, DType::kI32);
   OwnedTensor loss(Shape{3}, DType::kF32), lse(Shape{3}, DType::kF32), bad(Shape{4}, DType::kF32);

@@ -140,6 +140,18 @@ TEST(Embedding, ReferenceGradientMatchesFiniteDifferences) {
   EXPECT_TRUE(testing::all_close(dtable, fd, 1e-9, 1e-10));
 }
 
+// No tokens, or rows of width 0: nothing to do, and nothing may crash.
+TEST(Embedding, EmptyShapes) {
+  OwnedTensor table(Shape{5, 0}, DType::kF32), ids(Shape{3}, DType::kI32), out(Shape{3, 0}, DType::kBF16);
+  const int32_t iv[3] = {0, 4, 2};
+  std::memcpy(ids.t.data(), iv, sizeof iv);
+  ops::embedding_forward(table, ids, out);
+  ops::embedding_backward(out, ids, table);
+  OwnedTensor table2(Shape{5, 3}, DType::kF32), none(Shape{0}, DType::kI32), out2(Shape{0, 3}, DType::kF32);
+  ops::embedding_forward(table2, none, out2);
+  ops::embedding_backward(out2, none, table2);
+}
+
 TEST(Embedding, OutOfRangeIdNamesIdPositionAndVocabulary) {
   OwnedTensor table(Shape{5, 3}, DType::kF32), ids(Shape{4}, DType::kI32), out(Shape{4, 3}, DType::kF32);
   testing::fill_uniform(table, 1);

@@ -205,6 +205,14 @@ TEST(GlobalNorm, ClippingThroughGradScale) {
   EXPECT_EQ(std::memcmp(v.t.data(), v2.t.data(), v.t.nbytes()), 0);
 }
 
+TEST(AdamW, EmptyArrays) {
+  OwnedTensor e(Shape{0}, DType::kF32), eb(Shape{0}, DType::kBF16);
+  ops::adamw_update(e, e, e, e, {}, eb);
+  ops::sgd_update(e, e, {}, eb);
+  const std::vector<Tensor> grads = {e};
+  EXPECT_EQ(ops::global_norm(grads), 0.0);
+}
+
 TEST(AdamW, RejectsBadArguments) {
   OwnedTensor p(Shape{8}, DType::kF32), g(Shape{8}, DType::kF32), m(Shape{8}, DType::kF32),
       v(Shape{7}, DType::kF32), pb(Shape{8}, DType::kF32);
