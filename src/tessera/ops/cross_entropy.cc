@@ -1,3 +1,5 @@
+// Cross-entropy op entries: argument checks, dispatch to cpu::cross_entropy_kernels, the mean
+// helper, cost counts and the double references.
 #include "tessera/ops/cross_entropy.h"
 
 #include <algorithm>

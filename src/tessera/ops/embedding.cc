@@ -1,3 +1,5 @@
+// Embedding op entries: argument checks (every id in range), dispatch to cpu::embedding_kernels,
+// cost counts and the double references.
 #include "tessera/ops/embedding.h"
 
 #include "tessera/backends/cpu/embedding_kernels.h"

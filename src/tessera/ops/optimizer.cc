@@ -1,3 +1,5 @@
+// Optimizer op entries: argument checks, the per-call AdamW scalars (bias corrections in double),
+// dispatch to cpu::optimizer_kernels, global norm and clip scale, cost counts, double references.
 #include "tessera/ops/optimizer.h"
 
 #include <cmath>
