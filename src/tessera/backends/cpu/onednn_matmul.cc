@@ -82,20 +82,18 @@ class OnednnMatmul {
   void run(const GemmShape& g, const void* a, const void* b, void* c) {
     std::lock_guard lock(mu_);
     Entry& e = entry(g);
-    // set_data_handle on a plain (unpadded) layout only stores the pointer.
-    e.a.set_data_handle(const_cast<void*>(a));
-    e.b.set_data_handle(const_cast<void*>(b));
-    e.c.set_data_handle(c);
+    // Re-pointing a memory object with a plain (unpadded) layout only stores the pointer.
+    dnnl_status_t st = dnnl_memory_set_data_handle(e.a.get(), const_cast<void*>(a));
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(e.b.get(), const_cast<void*>(b));
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(e.c.get(), c);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e.a.get()},
                                {DNNL_ARG_WEIGHTS, e.b.get()},
                                {DNNL_ARG_DST, e.c.get()},
-                               {DNNL_ARG_SCRATCHPAD, nullptr}};
-    int nargs = 3;
-    if (e.scratchpad_bytes > 0) {
-      e.scratchpad.set_data_handle(scratchpad_.base());
-      args[nargs++].memory = e.scratchpad.get();
-    }
-    dnnl_status_t st = dnnl_primitive_execute(e.prim.get(), stream_.get(), nargs, args);
+                               {DNNL_ARG_SCRATCHPAD, e.scratchpad.get(/*allow_empty=*/true)}};
+    const int nargs = e.scratchpad_bytes > 0 ? 4 : 3;
+    if (st == dnnl_success && nargs == 4)
+      st = dnnl_memory_set_data_handle(e.scratchpad.get(), scratchpad_.base());
+    if (st == dnnl_success) st = dnnl_primitive_execute(e.prim.get(), stream_.get(), nargs, args);
     if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
     if (st != dnnl_success) rethrow(g, "execute", "the primitive did not run", st);
   }
