@@ -91,15 +91,14 @@ void check_case(const Case& t, uint64_t seed) {
         c.t.ptr<uint16_t>()[i] = 0x7fc0;
     }
   }
-  std::vector<double> want = cv, scale(cv.size());
+  std::vector<double> want = cv;
   ops::matmul_ref(av.data(), bv.data(), want.data(), t.m, t.n, t.k, o);
   // S = |a|·|b| (+ |c|): the reference on absolute values.
   auto abs_of = [](std::vector<double> v) {
     for (double& x : v) x = std::abs(x);
     return v;
   };
-  std::vector<double> aa = abs_of(av), ba = abs_of(bv);
-  scale = abs_of(cv);
+  std::vector<double> aa = abs_of(av), ba = abs_of(bv), scale = abs_of(cv);
   ops::matmul_ref(aa.data(), ba.data(), scale.data(), t.m, t.n, t.k, o);
 
   const double n_terms = static_cast<double>(t.k + (o.accumulate ? 1 : 0));
@@ -195,6 +194,30 @@ TEST(Matmul, PrimitivesAreCached) {
   EXPECT_EQ(cpu::onednn_matmul_cache_size(), n);
   ops::matmul(a, b, c, {.accumulate = true});  // a different primitive (sum post-op)
   EXPECT_EQ(cpu::onednn_matmul_cache_size(), n + 1);
+}
+
+TEST(Matmul, FlopAndByteCounts) {
+  EXPECT_EQ(ops::matmul_flops(8192, 768, 2048), int64_t{2} * 8192 * 768 * 2048);
+  // bf16 A [4, 5] and B [5, 6], f32 C [4, 6] read and written: (20 + 30) * 2 + 24 * 4 * 2.
+  EXPECT_EQ(ops::matmul_bytes(4, 6, 5, DType::kBF16, DType::kF32, true), 100 + 192);
+  EXPECT_EQ(ops::matmul_bytes(4, 6, 5, DType::kF32, DType::kF32, false), 200 + 96);
+}
+
+// A oneDNN failure surfaces as tessera::Error(kRuntime) naming the problem. oneDNN 2.6 has no
+// f32 x f32 -> bf16 GEMM (the op entry rejects it first, so this goes to the backend directly);
+// should a later oneDNN add one, the call simply succeeds.
+TEST(Matmul, OnednnErrorsBecomeRuntimeErrors) {
+  OwnedTensor a(Shape{3, 7}, DType::kF32), b(Shape{7, 5}, DType::kF32), c(Shape{3, 5}, DType::kBF16);
+  testing::fill_uniform(a, 1);
+  testing::fill_uniform(b, 2);
+  try {
+    cpu::onednn_matmul({.m = 3, .n = 5, .k = 7, .c_dtype = DType::kBF16}, a.t.data(), b.t.data(), c.t.data());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("oneDNN matmul (M=3 N=5 K=7, float32 x float32 -> bfloat16)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Linear layer y = x·W (W stored [in, out]) and loss L = sum(g ∘ y): dL/dx = g·Wᵀ, dL/dW = xᵀ·g.
