@@ -1,0 +1,202 @@
+// oneDNN matmul: engine, primitive cache and the shared scratchpad (see onednn_matmul.h).
+#include "tessera/backends/cpu/onednn_matmul.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include <functional>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <utility>
+
+#include "tessera/core/arena.h"
+#include "tessera/core/cpu_features.h"
+#include "tessera/core/error.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+using dims = dnnl::memory::dims;
+
+dnnl::memory::data_type to_dnnl(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return dnnl::memory::data_type::f32;
+    case DType::kBF16:
+      return dnnl::memory::data_type::bf16;
+    default:
+      fail(ErrorKind::kInternal, "onednn_matmul: no oneDNN type for {}", dtype_name(t));
+  }
+}
+
+// The cache key: the problem plus the OpenMP thread count the primitive was created for.
+struct Key {
+  GemmShape g;
+  int threads = 0;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 0;
+    auto mix = [&h](uint64_t v) {
+      h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
+    mix(static_cast<uint64_t>(k.g.m));
+    mix(static_cast<uint64_t>(k.g.n));
+    mix(static_cast<uint64_t>(k.g.k));
+    mix(static_cast<uint64_t>(k.g.trans_a) | static_cast<uint64_t>(k.g.trans_b) << 1 |
+        static_cast<uint64_t>(k.g.accumulate) << 2 | static_cast<uint64_t>(k.g.ab_dtype) << 8 |
+        static_cast<uint64_t>(k.g.c_dtype) << 16 | static_cast<uint64_t>(k.threads) << 24);
+    return h;
+  }
+};
+
+// A primitive with the memory objects it runs on. The memory objects carry the descriptors; their
+// data handles are set on every call.
+struct Entry {
+  dnnl::matmul prim;
+  dnnl::memory a, b, c, scratchpad;
+  size_t scratchpad_bytes = 0;
+  std::string impl;
+};
+
+[[noreturn]] void rethrow(const GemmShape& g, const char* stage, const char* what, dnnl_status_t status) {
+  std::string hint;
+  if (g.ab_dtype == DType::kBF16 && status == dnnl_unimplemented && !isa_supported(Isa::kAvx512))
+    hint = " (oneDNN has no bf16 GEMM for CPUs without AVX-512)";
+  fail(ErrorKind::kRuntime, "oneDNN matmul ({}): {} failed: {} [{}]{}", gemm_shape_str(g), stage, what,
+       dnnl_status2str(status), hint);
+}
+
+class OnednnMatmul {
+ public:
+  static OnednnMatmul& instance() {
+    static OnednnMatmul m;
+    return m;
+  }
+
+  void run(const GemmShape& g, const void* a, const void* b, void* c) {
+    std::lock_guard lock(mu_);
+    Entry& e = entry(g);
+    // Re-pointing a memory object with a plain (unpadded) layout only stores the pointer.
+    dnnl_status_t st = dnnl_memory_set_data_handle(e.a.get(), const_cast<void*>(a));
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(e.b.get(), const_cast<void*>(b));
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(e.c.get(), c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e.a.get()},
+                               {DNNL_ARG_WEIGHTS, e.b.get()},
+                               {DNNL_ARG_DST, e.c.get()},
+                               {DNNL_ARG_SCRATCHPAD, e.scratchpad.get(/*allow_empty=*/true)}};
+    const int nargs = e.scratchpad_bytes > 0 ? 4 : 3;
+    if (st == dnnl_success && nargs == 4)
+      st = dnnl_memory_set_data_handle(e.scratchpad.get(), scratchpad_.base());
+    if (st == dnnl_success) st = dnnl_primitive_execute(e.prim.get(), stream_.get(), nargs, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
+    if (st != dnnl_success) rethrow(g, "execute", "the primitive did not run", st);
+  }
+
+  std::string impl(const GemmShape& g) {
+    std::lock_guard lock(mu_);
+    return entry(g).impl;
+  }
+
+  size_t cache_size() {
+    std::lock_guard lock(mu_);
+    return cache_.size();
+  }
+
+  size_t scratchpad_bytes() {
+    std::lock_guard lock(mu_);
+    return scratchpad_.capacity();
+  }
+
+ private:
+  OnednnMatmul() {
+    try {
+      engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+      stream_ = dnnl::stream(engine_);
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::kRuntime, "oneDNN: cannot create the CPU engine and stream: {} [{}]", e.what(),
+           dnnl_status2str(e.status));
+    }
+  }
+
+  Entry& entry(const GemmShape& g) {
+    Key key{g, omp_get_max_threads()};
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    Entry e = create(g);
+    if (e.scratchpad_bytes > scratchpad_.capacity()) {
+      // Grown only when a new primitive needs more; the old buffer is unmapped here and every
+      // call re-points the scratchpad memory object at the current one.
+      scratchpad_ = Arena();  // unmap the old buffer first: the peak is the new size alone
+      scratchpad_ = Arena(e.scratchpad_bytes, "oneDNN scratchpad");
+    }
+    return cache_.emplace(key, std::move(e)).first->second;
+  }
+
+  // Builds the primitive for `g`. Row-major storage, logical dims [rows, cols] with strides
+  // {row stride, 1}; a transposed operand keeps its logical dims and swaps the strides.
+  Entry create(const GemmShape& g) {
+    try {
+      dnnl::memory::desc a_md({g.m, g.k}, to_dnnl(g.ab_dtype), g.trans_a ? dims{1, g.m} : dims{g.k, 1});
+      dnnl::memory::desc b_md({g.k, g.n}, to_dnnl(g.ab_dtype), g.trans_b ? dims{1, g.k} : dims{g.n, 1});
+      dnnl::memory::desc c_md({g.m, g.n}, to_dnnl(g.c_dtype), dims{g.n, 1});
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      if (g.accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);  // C = A·B + 1.0 * C, read in C's dtype and added in f32
+        attr.set_post_ops(ops);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+      Entry e;
+      e.prim = dnnl::matmul(pd);
+      e.a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
+      e.b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
+      e.c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
+      dnnl::memory::desc s_md = pd.scratchpad_desc();
+      e.scratchpad_bytes = s_md.get_size();
+      if (e.scratchpad_bytes > 0) e.scratchpad = dnnl::memory(s_md, engine_, DNNL_MEMORY_NONE);
+      e.impl = pd.impl_info_str();
+      return e;
+    } catch (const dnnl::error& err) {
+      rethrow(g, "creating the primitive", err.what(), err.status);
+    }
+  }
+
+  std::mutex mu_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<Key, Entry, KeyHash> cache_;
+  Arena scratchpad_;  // shared by all primitives; capacity 0 until one needs scratch
+};
+
+}  // namespace
+
+void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c) {
+  OnednnMatmul::instance().run(g, a, b, c);
+}
+
+std::string onednn_matmul_impl(const GemmShape& g) {
+  return OnednnMatmul::instance().impl(g);
+}
+
+size_t onednn_matmul_cache_size() {
+  return OnednnMatmul::instance().cache_size();
+}
+
+size_t onednn_matmul_scratchpad_bytes() {
+  return OnednnMatmul::instance().scratchpad_bytes();
+}
+
+std::string gemm_shape_str(const GemmShape& g) {
+  return fmt::format("M={} N={} K={}{}{}, {} x {} -> {}{}", g.m, g.n, g.k, g.trans_a ? ", trans_a" : "",
+                     g.trans_b ? ", trans_b" : "", dtype_name(g.ab_dtype), dtype_name(g.ab_dtype),
+                     dtype_name(g.c_dtype), g.accumulate ? ", accumulate" : "");
+}
+
+}  // namespace tessera::cpu

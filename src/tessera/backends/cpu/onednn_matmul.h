@@ -1,0 +1,73 @@
+// GEMM on the CPU through oneDNN's matmul primitive: C[M,N] (+)= op(A)[M,K] · op(B)[K,N] on
+// row-major, contiguous buffers. The op entry (ops/matmul.h) checks shapes and dtypes and calls
+// this; nothing here checks user input beyond what oneDNN itself rejects.
+//
+// What it does:
+//   - one oneDNN CPU engine and one stream for the process, created on first use;
+//   - one primitive per GemmShape and thread count, created on first use and kept in a hash map
+//     (creating a primitive JIT-compiles kernels: milliseconds, far more than a small GEMM);
+//   - transposes are strides in the memory descriptors (no copies); accumulate is oneDNN's sum
+//     post-op (C = A·B + 1.0·C), so C is read and written once;
+//   - bf16 inputs accumulate in f32 inside oneDNN; a bf16 C is rounded once, at the end;
+//   - the scratchpad is one Tessera-owned buffer shared by every cached primitive
+//     (scratchpad_mode::user), grown when a primitive that needs more is created and never in
+//     steady state. oneDNN's own library mode would also allocate only at creation, but either per
+//     primitive or per calling thread, outside Tessera's memory accounting;
+//   - the memory objects that wrap A, B, C and the scratchpad are cached with the primitive and
+//     re-pointed per call (set_data_handle), and the primitive runs through the C API with the
+//     arguments on the stack, so a call allocates nothing on Tessera's side (oneDNN 2.6 itself
+//     makes 6 small allocations, ~260 bytes, inside every execute). Measured on a 16x64x64 f32
+//     GEMM (gemm_bench's overhead section): making the memory objects and argument map afresh
+//     costs ~1.1 us per call, as much as the GEMM itself; Tessera's call is within ~0.15 us of
+//     oneDNN's bare execute. At training sizes (milliseconds per GEMM) neither is visible.
+//
+// Threads: oneDNN runs on the OpenMP pool (tessera::set_num_threads). The thread count is part of
+// the cache key because oneDNN fixes its work split when the primitive is created.
+//
+// Thread safety: calls are serialised by one mutex, so calling from several threads is correct but
+// gains nothing; Tessera calls from the step loop's single thread and the parallelism lives inside
+// oneDNN's OpenMP region. Do not call from inside an OpenMP parallel region (oneDNN would run on one
+// thread).
+//
+// Left out: batched GEMM, bias, runtime dimensions (one primitive per M is cheap at training sizes,
+// where M = B*T is fixed), f16/fp8, and a bf16 path for CPUs without AVX-512 (oneDNN 2.6 has no bf16
+// GEMM for AVX2; such a call fails with a kRuntime error that says so).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::cpu {
+
+// One GEMM problem. Storage: A is [M, K] row-major, or [K, M] when trans_a; B is [K, N], or [N, K]
+// when trans_b; C is [M, N]. All contiguous.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false;
+  bool trans_b = false;
+  DType ab_dtype = DType::kF32;  // A and B: f32 or bf16
+  DType c_dtype = DType::kF32;   // C: f32 or bf16
+  bool accumulate = false;       // C += op(A)·op(B) instead of C = op(A)·op(B)
+
+  bool operator==(const GemmShape&) const = default;
+};
+
+// Runs the GEMM. M, N and K must be >= 1. Throws tessera::Error(kRuntime) naming the shape when
+// oneDNN fails (no implementation for these dtypes on this CPU, out of memory).
+void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c);
+
+// oneDNN's name for the implementation it picked for `g` at the current thread count
+// (e.g. "brg:avx512_core"); creates and caches the primitive if needed. For benchmarks and logs.
+std::string onednn_matmul_impl(const GemmShape& g);
+
+// Number of cached primitives, and the size of the shared scratchpad in bytes.
+size_t onednn_matmul_cache_size();
+size_t onednn_matmul_scratchpad_bytes();
+
+// "shape M x N x K, trans_a, trans_b, bf16 x bf16 -> f32, accumulate", for messages.
+std::string gemm_shape_str(const GemmShape& g);
+
+}  // namespace tessera::cpu
