@@ -131,7 +131,7 @@ void check_f32(Problem& p) {
 }
 
 TEST(AttentionExp, RelativeErrorWithinStatedBound) {
-  // Cephes-style exp: stated maximum relative error 1.6e-7 on [-87.33, 88]; check 2e-7.
+  // Cephes-style exp: stated maximum relative error 1.2e-7 on [-87.33, 88]; check 2e-7.
   const int64_t n = 1 << 18;
   std::vector<float> x(n), y(n);
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(-87.33 + (88.0 + 87.33) * i / (n - 1));
@@ -230,6 +230,7 @@ TEST(Attention, MatchesReferenceWithOptionsAndOddTiles) {
       {true, 0, false, 30.0f, 0, 0},  // soft cap (Gemma 2 uses 50; 30 is active at these scales)
       {true, 0, false, 0.5f, 5, 3},   // a cap that bends almost every logit
       {true, 12, true, 2.0f, 6, 7},   // everything at once
+      {false, 5, true, 0, 4, 6},      // band within segments
   };
   for (const Variant& var : variants)
     for (int64_t Hkv : {4, 1}) {
@@ -297,12 +298,14 @@ TEST(Attention, OtherSegmentsHaveExactlyNoEffect) {
 }
 
 // bf16: inputs are bf16 values (the reference sees the same values), all arithmetic is f32 and
-// each output is rounded once to bf16 (relative error <= 2^-9), so out, dq, dk, dv get
-// rtol = u_bf16 = 2^-8 on top of the f32 tolerance. The backward also reads D = rowsum(dout * out)
-// from the bf16-rounded out: |dD| <= 2^-9 sum_d |dout_d out_d|, which moves each dS by P dD and
-// each gradient element by at most ~2^-9 D times the largest gradient, so the gradients get an
-// absolute tolerance of u_bf16 * max|gradient| * sqrt(D) / 2 besides (sqrt: the rounding errors
-// of out's D elements are independent and partly cancel).
+// each output is rounded once to bf16 (relative error <= u_bf16 = 2^-8), so out, dq, dk, dv get
+// rtol = u_bf16 on top of the f32 tolerance. The backward also reads D_i = rowsum(dout * out) from
+// the bf16-rounded out; its D rounding errors (each <= u_bf16 |out_d|, independent) add like a
+// random walk: |dD_i| ~ u_bf16 sqrt(D) max|dout_d out_d| <= u_bf16 sqrt(D). That moves dS_ij by
+// P_ij dD_i and so dq_i by scale * |dD_i| * max|k| ~ u_bf16 (scale = 1/sqrt(D)); dk_j likewise,
+// times the attention key j receives, which averages 1 over the keys. So the gradients get
+// atol = u_bf16 max(1, max|g|) besides (the worst case, all roundings aligned, is sqrt(D) times
+// that; the largest error seen here is 0.2 u_bf16).
 TEST(Attention, Bf16MatchesReference) {
   for (int64_t T : {7, 130})
     for (int64_t Hkv : {4, 1}) {
@@ -314,7 +317,7 @@ TEST(Attention, Bf16MatchesReference) {
         std::vector<double> out, lse, dq, dk, dv;
         ops::attention_ref(d, p.opt, p.qd, p.kd, p.vd, &out, &lse);
         ops::attention_bwd_ref(d, p.opt, p.doutd, p.qd, p.kd, p.vd, &dq, &dk, &dv);
-        const double tol = f32_tol(d.D, d.T), grad_tol = tol + kU16 * std::sqrt(d.D) / 2;
+        const double tol = f32_tol(d.D, d.T), grad_tol = tol + kU16;
         for_each_isa([&] {
           p.forward();
           EXPECT_TRUE(all_close(to_vector(p.out), out, kU16 + tol, tol)) << "out";
