@@ -220,12 +220,13 @@ TEST(Attention, MatchesReferenceWithOptionsAndOddTiles) {
       {true, 0, false, 0, 5, 7},   // tiles dividing nothing
       {false, 0, false, 0, 0, 0},  // non-causal
       {false, 0, false, 0, 9, 4},
-      {true, 9, false, 0, 0, 0},   // sliding window narrower than a tile
-      {true, 9, false, 0, 4, 5},   // ... wider than a tile: whole tiles skipped
-      {true, 70, false, 0, 0, 0},  // window wider than the default tile
-      {false, 6, false, 0, 8, 3},  // symmetric band
-      {true, 0, true, 0, 0, 0},    // packed segments
-      {true, 0, true, 0, 6, 5},    // ... with tiles skipped between segments
+      {true, 9, false, 0, 0, 0},                  // sliding window narrower than a tile
+      {true, 9, false, 0, 4, 5},                  // ... wider than a tile: whole tiles skipped
+      {true, 70, false, 0, 0, 0},                 // window wider than the default tile
+      {false, 6, false, 0, 8, 3},                 // symmetric band
+      {false, int64_t{1} << 40, false, 0, 0, 0},  // a window wider than T hides nothing
+      {true, 0, true, 0, 0, 0},                   // packed segments
+      {true, 0, true, 0, 6, 5},                   // ... with tiles skipped between segments
       {false, 0, true, 0, 7, 6},
       {true, 0, false, 30.0f, 0, 0},  // soft cap (Gemma 2 uses 50; 30 is active at these scales)
       {true, 0, false, 0.5f, 5, 3},   // a cap that bends almost every logit

@@ -63,7 +63,7 @@ cpu::AttentionProblem check_problem(const char* op, const Tensor& q, const Tenso
                                q.dtype() == DType::kBF16,
                                opt.causal,
                                scale,
-                               opt.sliding_window,
+                               opt.sliding_window < T ? opt.sliding_window : 0,  // W >= T hides nothing
                                opt.logits_soft_cap,
                                seg.defined() ? seg.ptr<int32_t>() : nullptr,
                                opt.block_q,
