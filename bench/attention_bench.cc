@@ -1,0 +1,162 @@
+// Attention benchmark: causal GQA forward and backward at the training shapes (T = 1024 and 4096,
+// H = 12 query heads with Hkv = 4 or 12, D = 64; one D = 128 case), f32 and bf16, plus one
+// non-causal row that shows what skipping the masked tiles saves. Prints GFLOP/s for forward,
+// backward and both, and the fraction of the stated peak of 2 Zen 5 cores.
+//
+// FLOPs are counted as MaxText does (ops/attention.h): causal forward 2*B*T^2*H*D, backward 2.5x.
+// The batch of each row is chosen so that one forward + backward takes about --seconds (1 s;
+// 0.15 s with --quick, which also leaves out T = 4096); each timing is the best of --reps runs
+// (3; 2 with --quick) after a warm-up call.
+//
+//   build/attention_bench [--quick] [--seconds S] [--reps N]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/core/arena.h"
+#include "tessera/core/cpu_features.h"
+#include "tessera/core/dtype.h"
+#include "tessera/ops/attention.h"
+
+namespace {
+
+using tessera::Arena;
+using tessera::DType;
+using tessera::Shape;
+using tessera::Tensor;
+
+// Peak of 2 Zen 5 cores (the machines Tessera's CPU runs are sized for), as stated references:
+// 2 cores x 2 FMA pipes x 16 f32 lanes x 2 FLOPs x ~3.5 GHz ~ 445 GFLOP/s; bf16 dot products
+// (vdpbf16ps) double it.
+constexpr double kPeakF32 = 445e9, kPeakBf16 = 890e9;
+
+struct Case {
+  int64_t T, H, Hkv, D;
+  DType dtype;
+  bool causal;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+double best_time(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now();
+    f();
+    best = std::min(best, now() - t0);
+  }
+  return best;
+}
+
+void fill(const Tensor& t, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kBF16)
+      t.ptr<uint16_t>()[i] = tessera::f32_to_bf16(dist(rng));
+    else
+      t.ptr<float>()[i] = dist(rng);
+  }
+}
+
+struct Buffers {
+  Arena arena;
+  Tensor q, k, v, out, lse, dout, dq, dk, dv;
+  Buffers(const Case& c, int64_t B) {
+    const Shape qs{B, c.T, c.H, c.D}, ks{B, c.T, c.Hkv, c.D}, ls{B, c.H, c.T};
+    size_t bytes = 5 * tessera::aligned_bytes(qs, c.dtype) + 4 * tessera::aligned_bytes(ks, c.dtype) +
+                   tessera::aligned_bytes(ls, DType::kF32);
+    arena = Arena(bytes, "attention_bench");
+    q = arena.tensor(qs, c.dtype), out = arena.tensor(qs, c.dtype), dout = arena.tensor(qs, c.dtype);
+    dq = arena.tensor(qs, c.dtype);
+    k = arena.tensor(ks, c.dtype), v = arena.tensor(ks, c.dtype), dk = arena.tensor(ks, c.dtype);
+    dv = arena.tensor(ks, c.dtype);
+    lse = arena.tensor(ls, DType::kF32);
+    fill(q, 1), fill(k, 2), fill(v, 3), fill(dout, 4);
+  }
+};
+
+void run_case(const Case& c, double seconds, int reps) {
+  tessera::ops::AttentionOptions opt;
+  opt.causal = c.causal;
+  auto fwd = [&](const Buffers& b) { tessera::ops::attention_fwd(b.q, b.k, b.v, b.out, b.lse, opt); };
+  auto bwd = [&](const Buffers& b) {
+    tessera::ops::attention_bwd(b.dout, b.q, b.k, b.v, b.out, b.lse, b.dq, b.dk, b.dv, opt);
+  };
+  // Calibrate on B = 1 (after a warm-up call that grows the scratch), then size the batch.
+  auto buf = std::make_unique<Buffers>(c, 1);
+  fwd(*buf), bwd(*buf);
+  const double per_row = best_time(1, [&] { fwd(*buf), bwd(*buf); });
+  const int64_t B = std::clamp<int64_t>(static_cast<int64_t>(seconds / per_row + 0.5), 1, 256);
+  if (B > 1) {
+    buf = std::make_unique<Buffers>(c, B);
+    fwd(*buf), bwd(*buf);  // warm-up at this batch
+  }
+  const double tf = best_time(reps, [&] { fwd(*buf); }), tb = best_time(reps, [&] { bwd(*buf); });
+  const double ff = tessera::ops::attention_fwd_flops(B, c.T, c.H, c.D, 0, c.causal);
+  const double fb = tessera::ops::attention_bwd_flops(B, c.T, c.H, c.D, 0, c.causal);
+  const double peak = c.dtype == DType::kBF16 ? kPeakBf16 : kPeakF32;
+  const double gf = ff / tf / 1e9, gb = fb / tb / 1e9, gfb = (ff + fb) / (tf + tb) / 1e9;
+  std::printf(
+      "%-5s %-6s %5lld %3lld %3lld %4lld %4lld | %8.1f %7.1f %5.1f%% | %8.1f %7.1f %5.1f%% | %7.1f %5.1f%%\n",
+      c.dtype == DType::kBF16 ? "bf16" : "f32", c.causal ? "causal" : "full", static_cast<long long>(c.T),
+      static_cast<long long>(c.H), static_cast<long long>(c.Hkv), static_cast<long long>(c.D),
+      static_cast<long long>(B), tf * 1e3, gf, 100 * gf * 1e9 / peak, tb * 1e3, gb, 100 * gb * 1e9 / peak,
+      gfb, 100 * gfb * 1e9 / peak);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 1.0;
+  int reps = 3;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--seconds" && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--seconds S] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (quick) seconds = std::min(seconds, 0.15), reps = std::min(reps, 2);
+  std::printf("attention benchmark: isa %s, %d threads\n",
+              std::string(tessera::isa_name(tessera::active_isa())).c_str(), tessera::num_threads());
+  std::printf("stated reference peaks (2 Zen 5 cores): %.0f GFLOP/s f32, %.0f GFLOP/s bf16\n", kPeakF32 / 1e9,
+              kPeakBf16 / 1e9);
+  std::printf(
+      "FLOPs as MaxText counts them: causal forward 2*B*T^2*H*D (full: 4*B*T^2*H*D), backward 2.5x\n");
+  std::printf("batch B sized for ~%.2f s of forward + backward; times are the best of %d\n\n", seconds, reps);
+  std::printf("%-5s %-6s %5s %3s %3s %4s %4s | %8s %7s %6s | %8s %7s %6s | %7s %6s\n", "dtype", "mask", "T",
+              "H", "Hkv", "D", "B", "fwd ms", "GFLOP/s", "peak", "bwd ms", "GFLOP/s", "peak", "f+b GF",
+              "peak");
+  std::vector<Case> cases;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    cases.push_back({1024, 12, 4, 64, dt, true});
+    cases.push_back({1024, 12, 12, 64, dt, true});
+    if (!quick) {  // one call at T = 4096 takes most of a second on 2 cores
+      cases.push_back({4096, 12, 4, 64, dt, true});
+      cases.push_back({4096, 12, 12, 64, dt, true});
+    }
+    cases.push_back({1024, 12, 4, 128, dt, true});
+  }
+  cases.push_back({1024, 12, 4, 64, DType::kF32, false});
+  for (const Case& c : cases) run_case(c, seconds, reps);
+  return 0;
+}
