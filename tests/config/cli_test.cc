@@ -154,7 +154,7 @@ TEST_F(Cli, HelpConfig) {
 
 TEST_F(Cli, PlannedCommandsWriteTheConfigAndExitThree) {
   for (const char* cmd :
-       {"train", "decode", "serve", "compile", "convert", "prepare-data", "train-tokenizer"}) {
+       {"decode", "serve", "compile", "convert", "prepare-data", "train-tokenizer"}) {
     SCOPED_TRACE(cmd);
     const std::string run_name = std::string("run_") + cmd;
     Result r = run({cmd, base(), "run_name=" + run_name, outputs(), "model_name=llama-test", "steps=11"});
@@ -169,6 +169,29 @@ TEST_F(Cli, PlannedCommandsWriteTheConfigAndExitThree) {
     ASSERT_EQ(again.code, 0) << again.err;
     EXPECT_NE(again.out.find("\nsteps: 11\n"), std::string::npos);
     EXPECT_NE(again.out.find("\nbase_emb_dim: 64\n"), std::string::npos);
+  }
+}
+
+TEST_F(Cli, TrainRunsAndLogsEachStep) {
+  Result r = run({"train", base(), "run_name=train_small", outputs(), "model_name=llama-test", "steps=3",
+                  "per_device_batch_size=2", "max_target_length=16", "log_period=1", "device_peak_tflops=1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"completed step: 0", "completed step: 2", "TFLOP/s/device", "Tokens/s/device",
+                           "loss:", "MFU:", "plan: memory:", "peak 1000.0 GFLOP/s"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "runs" / "train_small" / "config.yml"));
+}
+
+TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
+  for (std::vector<std::string> opts : std::vector<std::vector<std::string>>{
+           {"enable_checkpointing=true"}, {"enable_tensorboard=true"}, {"dataset_type=tokens", "dataset_path=x"},
+           {"load_parameters_path=/x"}}) {
+    SCOPED_TRACE(opts[0]);
+    std::vector<std::string> argv = {"train", base(), "run_name=refuse", outputs(), "model_name=llama-test"};
+    argv.insert(argv.end(), opts.begin(), opts.end());
+    Result r = run(argv);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("is not in this build yet"), std::string::npos) << r.err;
   }
 }
 

@@ -27,12 +27,12 @@ models::ModelSpec tiny(int64_t batch) {
   return s;
 }
 
-struct Run {
+struct TrainRun {
   models::ModelSpec spec;
   models::DecoderInputs in;
   std::unique_ptr<graph::Plan> plan;
   std::unique_ptr<graph::Executor> exec;
-  explicit Run(int64_t batch) : spec(tiny(batch)) {
+  explicit TrainRun(int64_t batch) : spec(tiny(batch)) {
     graph::Graph g;
     in = models::build_llama(g, spec);
     plan = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{.remat_policy = "full"});
@@ -57,7 +57,7 @@ struct Run {
 };
 
 TEST(GradientAccumulation, TwoMicroStepsEqualOneLargerBatch) {
-  Run big(2), small(1);
+  TrainRun big(2), small(1);
   const int64_t total = 2 * big.spec.seq;
   big.exec->zero_grads();
   big.feed(0, total);

@@ -8,6 +8,7 @@
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::cli {
 namespace {
@@ -66,7 +67,6 @@ void print_key_detail(const FieldSpec& f, const Config& defaults, std::ostream& 
 
 const std::vector<PlannedCommand>& planned_commands() {
   static const std::vector<PlannedCommand> commands = {
-      {"train", "Train a model; resumes from the latest checkpoint of run_name.", "the training loop"},
       {"decode", "Generate text from a prompt with a KV cache.", "decoding"},
       {"serve", "Serve OpenAI-compatible completions over HTTP.", "the HTTP server"},
       {"compile", "Plan a run for compile_topology without its hardware: memory, FLOPs, collectives.",
@@ -139,6 +139,15 @@ int version(std::ostream& out) {
     isa = "none (this CPU lacks AVX2 + FMA)";
   }
   fmt::print(out, "tessera {}\nCPU kernels: {}\n", kVersion, isa);
+  return kExitOk;
+}
+
+int train(const ConfigArgs& args, std::ostream& out) {
+  Config cfg = load_config(args.config_file, args.overrides);
+  std::filesystem::path dump = write_resolved_config(cfg);
+  fmt::print(out, "tessera train: run {}, resolved config written to {}\n", cfg.run_name, dump.string());
+  train::Trainer trainer(cfg, out);
+  trainer.run();
   return kExitOk;
 }
 

@@ -46,7 +46,11 @@ int help_config(const std::optional<std::string>& key, bool yaml, std::ostream& 
 // `tessera version`.
 int version(std::ostream& out);
 
-// train, decode, ...: load and validate the config, apply num_threads, write the resolved config
+// `tessera train CONFIG [k=v ...]`: load and validate the config, write the resolved config, and
+// run the training loop, logging to `out`.
+int train(const ConfigArgs& args, std::ostream& out);
+
+// decode, serve, ...: load and validate the config, apply num_threads, write the resolved config
 // to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
 // (exit 3), never a silent success.
 int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,

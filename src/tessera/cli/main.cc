@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   help->add_option("KEY", key, "a config key");
   help->add_flag("--yaml", yaml, "print every key at its default as a commented YAML file");
   CLI::App* ver = app.add_subcommand("version", "Print the version and the CPU kernels this machine uses.");
+  CLI::App* train_cmd =
+      app.add_subcommand("train", "Train a model (synthetic data in this build; checkpoints come later).");
+  add_config_args(train_cmd, args);
   std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
   for (const PlannedCommand& c : planned_commands()) {
     CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
         if (help->parsed())
           return help_config(key.empty() ? std::nullopt : std::optional(key), yaml, std::cout);
         if (ver->parsed()) return version(std::cout);
+        if (train_cmd->parsed()) return train(args, std::cout);
         for (const auto& [sub, command] : planned)
           if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
         return kExitUsage;  // unreachable: CLI11 requires one subcommand

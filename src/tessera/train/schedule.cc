@@ -11,6 +11,8 @@ double LrSchedule::at(int64_t s) const {
   const int64_t S = schedule_steps;
   const int64_t W = static_cast<int64_t>(static_cast<double>(S) * warmup_fraction);
   const double lr_f = lr * final_fraction;
+  if (type != "cosine" && type != "wsd")
+    fail(ErrorKind::kConfig, "lr_schedule_type '{}' is not one of: cosine, wsd", type);
   if (s >= S) return 0.0;
   if (s < W) return lr * static_cast<double>(s) / static_cast<double>(W);
   const double pi = std::numbers::pi;
@@ -26,7 +28,7 @@ double LrSchedule::at(int64_t s) const {
     double a = wsd_decay_style == "cosine" ? 0.5 * (1 + std::cos(pi * pct)) : 1 - pct;
     return lr_f + (lr - lr_f) * a;
   }
-  fail(ErrorKind::kConfig, "lr_schedule_type '{}' is not one of: cosine, wsd", type);
+  TESSERA_ASSERT(false);
 }
 
 }  // namespace tessera::train

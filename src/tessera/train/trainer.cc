@@ -21,6 +21,21 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+// Options whose machinery is not in this build are refused, never silently ignored.
+void reject_unbuilt_options(const Config& cfg) {
+  auto refuse = [](bool set, const char* what) {
+    if (set) fail(ErrorKind::kConfig, "{} is not in this build yet", what);
+  };
+  refuse(cfg.dataset_type != "synthetic", "dataset_type other than 'synthetic' (real data readers)");
+  refuse(cfg.enable_checkpointing, "enable_checkpointing=true (checkpoints)");
+  refuse(cfg.enable_tensorboard, "enable_tensorboard=true (TensorBoard event files)");
+  refuse(!cfg.metrics_file.empty(), "metrics_file (JSONL metrics)");
+  refuse(!cfg.load_parameters_path.empty(), "load_parameters_path (checkpoint loading)");
+  refuse(!cfg.load_full_state_path.empty(), "load_full_state_path (checkpoint loading)");
+  refuse(cfg.eval_interval > 0, "eval_interval > 0 (evaluation needs a real dataset)");
+  refuse(cfg.hardware != "cpu", "hardware other than cpu (the CUDA backend)");
+}
+
 }  // namespace
 
 models::ModelSpec model_spec_from_config(const Config& cfg) {
@@ -54,8 +69,7 @@ models::ModelSpec model_spec_from_config(const Config& cfg) {
 
 Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
   const auto t0 = Clock::now();
-  if (cfg.dataset_type != "synthetic")
-    fail(ErrorKind::kConfig, "dataset_type={}: only 'synthetic' data is available in this build", cfg.dataset_type);
+  reject_unbuilt_options(cfg);
   if (cfg.num_devices != 1)
     fail(ErrorKind::kConfig, "this build trains on one device; the mesh asks for {}", cfg.num_devices);
   set_num_threads(static_cast<int>(cfg.num_threads));
