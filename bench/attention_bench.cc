@@ -1,14 +1,15 @@
 // Attention benchmark: causal GQA forward and backward at the training shapes (T = 1024 and 4096,
 // H = 12 query heads with Hkv = 4 or 12, D = 64; one D = 128 case), f32 and bf16, plus one
 // non-causal row that shows what skipping the masked tiles saves. Prints GFLOP/s for forward,
-// backward and both, and the fraction of the stated peak of 2 Zen 5 cores.
+// backward and both, the fraction of the stated peak of 2 Zen 5 cores, and (column 'meas') the
+// fraction of this machine's f32 FMA peak, measured right after each row.
 //
 // FLOPs are counted as MaxText does (ops/attention.h): causal forward 2*B*T^2*H*D, backward 2.5x.
 // The batch of each row is chosen so that one forward + backward takes about --seconds (1 s;
 // 0.15 s with --quick, which also leaves out T = 4096); each timing is the best of --reps runs
 // (3; 2 with --quick) after a warm-up call.
 //
-//   build/attention_bench [--quick] [--seconds S] [--reps N]
+//   build/attention_bench [--quick] [--seconds S] [--reps N]     (threads: OMP_NUM_THREADS)
 #include <immintrin.h>
 #include <omp.h>
 
