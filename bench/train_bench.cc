@@ -35,14 +35,20 @@ long peak_rss_kib() {
 int main(int argc, char** argv) {
   int warmup = 2, steps = 10;
   std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
-  std::vector<std::string> overrides = {"model_name=llama-125m", "per_device_batch_size=8",
-                                        "max_target_length=1024", "run_name=train_bench"};
+  std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
     else if (a.find('=') == std::string::npos) config = a;
     else overrides.push_back(a);
+  }
+  // The benchmark's shape unless the command line says otherwise.
+  for (std::string d : {"model_name=llama-125m", "per_device_batch_size=8", "max_target_length=1024",
+                        "run_name=train_bench"}) {
+    std::string key = d.substr(0, d.find('=') + 1);
+    if (std::none_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.starts_with(key); }))
+      overrides.push_back(d);
   }
   overrides.push_back(fmt::format("steps={}", warmup + steps));
   overrides.push_back("log_period=1");

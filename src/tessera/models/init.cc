@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <algorithm>
 
 #include "tessera/ops/convert.h"
 
@@ -23,22 +24,30 @@ uint64_t hash_name(const std::string& s) {  // FNV-1a
   return h;
 }
 
-// Uniform in (0, 1) from 53 random bits.
-double uniform(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+// Uniform in (0, 1) from 24 random bits (float: the values are stored as f32 anyway).
+float uniform(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * 0x1.0p-24f; }
 
-// Standard normal number `draw` of stream `key` (Box-Muller on two independent uniforms).
-double normal(uint64_t key, uint64_t draw) {
-  double u1 = uniform(splitmix64(key ^ (2 * draw)));
-  double u2 = uniform(splitmix64(key ^ (2 * draw + 1) ^ 0x5851f42d4c957f2dull));
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+// Standard normals number 2j and 2j+1 of stream `key`: both outputs of one Box-Muller draw.
+void normal_pair(uint64_t key, uint64_t j, float* z0, float* z1) {
+  uint64_t r = splitmix64(key ^ j);
+  float u1 = uniform(r), u2 = uniform(r << 24);
+  float radius = std::sqrt(-2.0f * std::log(u1));
+  float s, c;
+  sincosf(2.0f * std::numbers::pi_v<float> * u2, &s, &c);
+  *z0 = radius * c;
+  *z1 = radius * s;
 }
 
-// Normal truncated to |z| < 2 by redrawing: element i uses draws i, i + n, i + 2n, ... of its stream.
-double truncated_normal(uint64_t key, uint64_t i, uint64_t n) {
-  for (uint64_t k = 0;; ++k) {
-    double z = normal(key, i + k * n);
-    if (std::abs(z) < 2.0) return z;
-  }
+float normal_at(uint64_t key, uint64_t i) {
+  float z0, z1;
+  normal_pair(key, i / 2, &z0, &z1);
+  return (i & 1) ? z1 : z0;
+}
+
+// A draw with |z| >= 2 is replaced by the first in-range draw of a second stream for that element.
+float truncated(uint64_t key, uint64_t i, float z) {
+  for (uint64_t k = 1; std::abs(z) >= 2.0f; ++k) z = normal_at(splitmix64(key ^ (i * 0x9e3779b97f4a7c15ull)), k);
+  return z;
 }
 
 }  // namespace
@@ -54,14 +63,19 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const bool is_norm = v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
-    const double kernel_std = 1.0 / std::sqrt(static_cast<double>(v.shape[0])) / 0.87962566103423978;
+    const auto kernel_std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v.shape[0])) / 0.87962566103423978);
+    if (is_norm) {
+      std::fill(w, w + n, 1.0f);
+      continue;
+    }
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      double x;
-      if (is_norm) x = 1.0;
-      else if (is_embedding) x = normal(key, static_cast<uint64_t>(i));
-      else x = kernel_std * truncated_normal(key, static_cast<uint64_t>(i), static_cast<uint64_t>(n));
-      w[i] = static_cast<float>(x);
+    for (int64_t j = 0; j < (n + 1) / 2; ++j) {
+      float z[2];
+      normal_pair(key, static_cast<uint64_t>(j), &z[0], &z[1]);
+      for (int64_t e = 0; e < 2 && 2 * j + e < n; ++e) {
+        const int64_t i = 2 * j + e;
+        w[i] = is_embedding ? z[e] : kernel_std * truncated(key, static_cast<uint64_t>(i), z[e]);
+      }
     }
   }
   sync_compute_copies(plan);

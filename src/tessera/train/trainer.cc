@@ -81,11 +81,14 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
   po.remat_policy = cfg.remat_policy;
   po.optimizer = cfg.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;
   plan_ = std::make_unique<graph::Plan>(std::move(g), po);
+  const double plan_seconds = since(t0);
 
   ops::RopeConfig rc{.max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
   if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
   exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc));
+  const auto t_init = Clock::now();
   models::init_params(*plan_, static_cast<uint64_t>(cfg.init_weights_seed));
+  const double init_seconds = since(t_init);
 
   schedule_.type = cfg.lr_schedule_type;
   schedule_.lr = cfg.learning_rate;
@@ -107,11 +110,11 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
   log_ << fmt::format(
       "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
       "(MaxText's count: 3 x forward matmul + causal attention, recompute not counted); "
-      "start-up {:.2f} s\n",
+      "start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
       cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated", 
       spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
-      startup_seconds_);
+      startup_seconds_, plan_seconds, init_seconds);
 }
 
 Trainer::~Trainer() = default;
