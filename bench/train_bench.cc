@@ -34,12 +34,14 @@ long peak_rss_kib() {
 
 int main(int argc, char** argv) {
   int warmup = 2, steps = 10;
+  bool profile = false;
   std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
+    else if (a == "--profile") profile = true;
     else if (a.find('=') == std::string::npos) config = a;
     else overrides.push_back(a);
   }
@@ -57,8 +59,10 @@ int main(int argc, char** argv) {
     tessera::train::Trainer trainer(cfg, std::cerr);
     std::vector<tessera::train::StepMetrics> measured;
     trainer.run([&](const tessera::train::StepMetrics& m) {
+      if (m.step + 1 == warmup) trainer.executor().set_profiling(profile);
       if (m.step >= warmup) measured.push_back(m);
     });
+    if (profile) std::cerr << trainer.executor().profile_report();
     std::sort(measured.begin(), measured.end(), [](auto& a, auto& b) { return a.seconds < b.seconds; });
     const auto& med = measured[measured.size() / 2];
     const auto& mem = trainer.plan().memory();

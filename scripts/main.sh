@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The README's main command. For now Tessera's main job is the op benchmarks' summary: GEMM against
-# oneDNN, attention forward+backward, and the pointwise, norm and loss ops against the memory
-# bandwidth measured in the same run. Training replaces this once the training loop lands.
+# The README's main command. Until real data lands, Tessera's main job is:
+#   1. the op benchmarks' summary (GEMM against oneDNN called directly; attention forward and
+#      backward; norms, activations and losses against the memory bandwidth measured in the same
+#      run), each in its short --quick form;
+#   2. a short training run of a small Llama on synthetic tokens, logging MaxText-style lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
+scripts/setup.sh
 for b in gemm_bench attention_bench pointwise_bench loss_bench; do
-  if [ -x "$BUILD_DIR/$b" ]; then
-    echo "=== $b"
-    "$BUILD_DIR/$b" --quick
-  fi
+  echo "=== $b --quick"
+  "$BUILD_DIR/$b" --quick
 done
+echo "=== tessera train (llama-test, synthetic tokens)"
+"$BUILD_DIR/tessera" train configs/base.yml run_name=main_demo model_name=llama-test steps=30 \
+  per_device_batch_size=4 max_target_length=128 log_period=5 dtype=float32 learning_rate=3e-3

@@ -1,5 +1,9 @@
 #include "tessera/graph/executor.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -107,8 +111,34 @@ void Executor::run(const Node& n) {
 
 void Executor::run_range(int begin, int end, bool forward_only) {
   const auto& nodes = plan_.graph().nodes();
-  for (int i = begin; i < end; ++i)
-    if (!forward_only || nodes[i].phase == Phase::kForward) run(nodes[i]);
+  for (int i = begin; i < end; ++i) {
+    if (forward_only && nodes[i].phase != Phase::kForward) continue;
+    if (!profiling_) {
+      run(nodes[i]);
+      continue;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    run(nodes[i]);
+    ProfileRow& row = profile_[{static_cast<int>(nodes[i].op), static_cast<int>(nodes[i].phase)}];
+    row.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    row.flops += node_flops(plan_.graph(), nodes[i]);
+    ++row.calls;
+  }
+}
+
+std::string Executor::profile_report() const {
+  static const char* kPhase[] = {"forward", "recompute", "backward", "optimizer"};
+  std::vector<std::pair<std::pair<int, int>, ProfileRow>> rows(profile_.begin(), profile_.end());
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (auto& r : rows) total += r.second.seconds;
+  std::string s = fmt::format("{:<20} {:<10} {:>7} {:>10} {:>7} {:>9}\n", "op", "phase", "calls", "seconds", "share",
+                              "GFLOP/s");
+  for (auto& [key, r] : rows)
+    s += fmt::format("{:<20} {:<10} {:>7} {:>10.3f} {:>6.1f}% {:>9.1f}\n", op_name(static_cast<OpKind>(key.first)),
+                     kPhase[key.second], r.calls, r.seconds, 100 * r.seconds / total,
+                     r.flops > 0 ? r.flops / r.seconds / 1e9 : 0.0);
+  return s;
 }
 
 double Executor::summed_loss(int64_t* counted) const {

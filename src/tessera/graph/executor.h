@@ -5,7 +5,9 @@
 //   zero_grads();  for each micro-batch { write inputs; forward_backward(); }  apply_optimizer(...)
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/graph/plan.h"
@@ -39,6 +41,11 @@ class Executor {
 
   Plan& plan() { return plan_; }
 
+  // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
+  // clock reads per node; off by default.
+  void set_profiling(bool on) { profiling_ = on; }
+  std::string profile_report() const;  // a table, slowest rows first
+
  private:
   void run(const Node& n);
   void run_range(int begin, int end, bool forward_only);
@@ -49,6 +56,12 @@ class Executor {
   OptimizerStep step_;
   double grad_scale_ = 1;
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
+  bool profiling_ = false;
+  struct ProfileRow {
+    double seconds = 0, flops = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::pair<int, int>, ProfileRow> profile_;  // (OpKind, Phase) -> totals
 };
 
 }  // namespace tessera::graph
