@@ -1,6 +1,7 @@
 // Metric outputs: CRC32C against published check values and its table reference; TensorBoard
 // event files decoded here field by field and read by TensorBoard's own Python reader
-// (tools/read_tensorboard.py, skipped with the reason when `tensorboard` cannot be imported);
+// (tools/read_tensorboard.py, run by $TESSERA_PYTHON or python3; skipped with the reason when
+// `tensorboard` cannot be imported);
 // metrics_file JSON lines at full precision, trimmed on resume.
 #include "tessera/train/tensorboard.h"
 

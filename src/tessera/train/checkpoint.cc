@@ -61,8 +61,10 @@ void write_file_synced(const fs::path& p, const std::string& text) {
     fail(ErrorKind::kIo, "{}: fsync/close failed: {}", p.string(), std::strerror(errno));
 }
 
+// A checkpoint folder's name: decimal digits without a leading zero (what std::to_string writes).
 bool parse_step(const std::string& name, int64_t* step) {
-  if (name.empty() || name.size() > 18 || !std::all_of(name.begin(), name.end(), ::isdigit)) return false;
+  if (name.empty() || name.size() > 18 || (name.size() > 1 && name[0] == '0')) return false;
+  if (!std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
   *step = std::stoll(name);
   return true;
 }
