@@ -219,6 +219,9 @@ nlohmann::json verify_checkpoint(const fs::path& dir) {
     const nlohmann::json& files = m.at("files");
     if (!files.contains(kParamsFile)) fail(ErrorKind::kIo, "{}: lists no {}", mpath.string(), kParamsFile);
     for (const auto& [name, e] : files.items()) {
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        fail(ErrorKind::kIo, "{}: lists '{}', which is not a file name in the checkpoint folder",
+             mpath.string(), name);
       const fs::path p = dir / name;
       if (!fs::is_regular_file(p))
         fail(ErrorKind::kIo, "{}: missing (listed in {})", p.string(), kManifestFile);
