@@ -92,11 +92,11 @@ TEST(Schema, DefaultsAreMaxTextsWhereTheMeaningIsTheSame) {
   EXPECT_EQ(c.adam_weight_decay, 0.1);
   EXPECT_EQ(c.gradient_clipping_threshold, 1.0);
   EXPECT_EQ(c.gradient_accumulation_steps, 1);
-  EXPECT_FALSE(c.enable_checkpointing);  // MaxText: true; false until checkpoints are built
+  EXPECT_TRUE(c.enable_checkpointing);
   EXPECT_TRUE(c.async_checkpointing);
   EXPECT_EQ(c.checkpoint_period, 10000);
   EXPECT_EQ(c.log_period, 100);
-  EXPECT_FALSE(c.enable_tensorboard);  // MaxText: true; false until event files are built
+  EXPECT_TRUE(c.enable_tensorboard);
   EXPECT_EQ(c.eval_interval, -1);
   EXPECT_EQ(c.eval_per_device_batch_size, 0.0);
   EXPECT_EQ(c.ici_fsdp_parallelism, -1);

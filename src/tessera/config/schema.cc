@@ -248,30 +248,35 @@ void add_data_keys(std::vector<FieldSpec>& t) {
 
 void add_checkpoint_and_logging_keys(std::vector<FieldSpec>& t) {
   Group g(t, "checkpointing");
-  g.boolean("enable_checkpointing", &Config::enable_checkpointing, "false",
-            "Save checkpoints to {base_output_directory}/{run_name}/checkpoints/. Not in this build "
-            "yet: true is rejected by `tessera train` (MaxText's default is true).");
+  g.boolean("enable_checkpointing", &Config::enable_checkpointing, "true",
+            "Save checkpoints to {base_output_directory}/{run_name}/checkpoints/<step>/ every "
+            "checkpoint_period steps, after the last step and on SIGTERM/SIGINT, and resume from the "
+            "newest intact one when the run is started again (docs/checkpoints.md).");
   g.boolean("async_checkpointing", &Config::async_checkpointing, "true",
-            "Write checkpoints in the background while training continues.");
+            "Write checkpoints on a background thread: the step loop only copies parameters and "
+            "optimizer state into a host buffer allocated once (their size) and continues.");
   g.integer("checkpoint_period", &Config::checkpoint_period, "10000", at_least(1),
-            "Save a checkpoint every this many steps.");
+            "Save a checkpoint every this many steps (and always after the last step).");
   g.integer("max_num_checkpoints_to_keep", &Config::max_num_checkpoints_to_keep, "-1",
-            or_minus_one(at_least(1), "keep all"), "Delete older checkpoints beyond this many.");
+            or_minus_one(at_least(1), "keep all"),
+            "Keep at most this many checkpoints; the oldest are deleted after each save.");
   g.text("load_parameters_path", &Config::load_parameters_path, R"("")",
-         "Start from the parameters of this checkpoint (fresh optimizer state and step 0). Not "
+         "Start from the parameters of this checkpoint folder (.../checkpoints/<step>) or safetensors "
+         "file, with fresh optimizer state at step 0, unless run_name has a checkpoint of its own. Not "
          "with load_full_state_path.");
   g.text("load_full_state_path", &Config::load_full_state_path, R"("")",
-         "Start from this checkpoint's parameters, optimizer state and step. Not with "
-         "load_parameters_path.");
+         "Start from this checkpoint folder's parameters, optimizer state and step, unless run_name "
+         "has a checkpoint of its own. Not with load_parameters_path.");
 
   Group l(t, "logging");
   l.integer("log_period", &Config::log_period, "100", at_least(1),
-            "Flush metrics (TensorBoard, metrics_file) every this many steps.");
-  l.boolean("enable_tensorboard", &Config::enable_tensorboard, "false",
-            "Write TensorBoard event files to {base_output_directory}/{run_name}/tensorboard/. Not in "
-            "this build yet: true is rejected by `tessera train` (MaxText's default is true).");
+            "Print a log line and flush metrics (TensorBoard, metrics_file) every this many steps.");
+  l.boolean("enable_tensorboard", &Config::enable_tensorboard, "true",
+            "Write TensorBoard event files (learning/loss, perf/step_time_seconds, ... every step) to "
+            "{base_output_directory}/{run_name}/tensorboard/.");
   l.text("metrics_file", &Config::metrics_file, R"("")",
-         "Also write per-step metrics as JSON lines to this file; empty = none.");
+         "Also write per-step metrics as JSON lines to this file (keys as the TensorBoard tags, "
+         "numbers to 17 digits); empty = none.");
 }
 
 void add_parallelism_keys(std::vector<FieldSpec>& t) {

@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/models/init.h"
+#include "tessera/ops/optimizer.h"
 
 namespace tessera::train {
 
@@ -27,13 +31,50 @@ void reject_unbuilt_options(const Config& cfg) {
     if (set) fail(ErrorKind::kConfig, "{} is not in this build yet", what);
   };
   refuse(cfg.dataset_type != "synthetic", "dataset_type other than 'synthetic' (real data readers)");
-  refuse(cfg.enable_checkpointing, "enable_checkpointing=true (checkpoints)");
-  refuse(cfg.enable_tensorboard, "enable_tensorboard=true (TensorBoard event files)");
-  refuse(!cfg.metrics_file.empty(), "metrics_file (JSONL metrics)");
-  refuse(!cfg.load_parameters_path.empty(), "load_parameters_path (checkpoint loading)");
-  refuse(!cfg.load_full_state_path.empty(), "load_full_state_path (checkpoint loading)");
   refuse(cfg.eval_interval > 0, "eval_interval > 0 (evaluation needs a real dataset)");
   refuse(cfg.hardware != "cpu", "hardware other than cpu (the CUDA backend)");
+  if (cfg.run_name.empty() && (cfg.enable_checkpointing || cfg.enable_tensorboard))
+    fail(ErrorKind::kConfig,
+         "enable_checkpointing and enable_tensorboard write under {}/<run_name>/: set run_name "
+         "(or set both false)",
+         cfg.base_output_directory);
+}
+
+// SIGTERM and SIGINT set a flag that the step loop reads after each step (a handler may do no
+// more: saving is not async-signal-safe). SA_RESETHAND restores the default action, so a second
+// signal stops the process at once.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig, std::memory_order_relaxed);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int received() const { return g_stop_signal.load(std::memory_order_relaxed); }
+
+ private:
+  struct sigaction old_term_ = {};
+  struct sigaction old_int_ = {};
+};
+
+const char* signal_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
 }
 
 }  // namespace
@@ -115,6 +156,46 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
       cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated", 
       spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
+  for (graph::ValueId p : plan_->graph().params()) param_views_.push_back(plan_->view(p));
+  restore_state();
+  const std::filesystem::path run_dir = std::filesystem::path(cfg.base_output_directory) / cfg.run_name;
+  if (cfg.enable_tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+  if (!cfg.metrics_file.empty()) metrics_file_ = std::make_unique<MetricsFile>(cfg.metrics_file, step_);
+  log_ << std::flush;
+}
+
+// MaxText's order: the run's own latest checkpoint, else load_parameters_path xor
+// load_full_state_path (finalize_config refuses both), else the initialised parameters.
+void Trainer::restore_state() {
+  const auto t0 = Clock::now();
+  std::optional<CheckpointInfo> info;
+  std::string what;
+  if (cfg_.enable_checkpointing) {
+    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_);
+    info = checkpointer_->restore_latest();
+    what = "resumed from checkpoint";
+  } else if (!cfg_.run_name.empty() && !list_checkpoints(checkpoint_root(cfg_)).empty()) {
+    log_ << fmt::format(
+        "note: {} holds checkpoints, but enable_checkpointing=false: not resuming from them\n",
+        checkpoint_root(cfg_).string());
+  }
+  if (!info && !cfg_.load_parameters_path.empty()) {
+    info = restore_checkpoint(*plan_, cfg_.load_parameters_path, RestoreKind::kParams);
+    what = "parameters loaded (optimizer state fresh) from";
+  } else if (!info && !cfg_.load_full_state_path.empty()) {
+    info = restore_checkpoint(*plan_, cfg_.load_full_state_path, RestoreKind::kFullState);
+    what = "full state loaded from";
+  }
+  if (!info) return;
+  step_ = info->step;
+  log_ << fmt::format("{} {}: continuing with step {} ({:.2f} s)\n", what, info->path.string(), step_,
+                      since(t0));
+}
+
+// The synthetic data is a function of (data_shuffle_seed, step): the step is its whole state.
+nlohmann::json Trainer::data_iterator_state() const {
+  return {
+      {"dataset_type", cfg_.dataset_type}, {"data_shuffle_seed", cfg_.data_shuffle_seed}, {"step", step_}};
 }
 
 Trainer::~Trainer() = default;
@@ -185,18 +266,75 @@ StepMetrics Trainer::step() {
   return r;
 }
 
-void Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
+// One step's scalars under MaxText's TensorBoard tags (and metrics_file keys).
+void Trainer::write_metrics(const StepMetrics& m, bool flush) {
+  if (!tensorboard_ && !metrics_file_) return;
+  const double micro_steps = static_cast<double>(cfg_.gradient_accumulation_steps);
+  const std::array<Scalar, 11> scalars = {{
+      {"learning/loss", m.loss},
+      {"learning/grad_norm", m.grad_norm},
+      {"learning/current_learning_rate", m.learning_rate},
+      {"learning/total_weights", static_cast<double>(m.total_weights)},
+      {"perf/step_time_seconds", m.seconds},
+      {"perf/per_device_tflops", spec_.training_flops_per_step() * micro_steps / 1e12},
+      {"perf/per_device_tflops_per_sec", m.tflops_per_device},
+      {"perf/per_device_tokens", static_cast<double>(m.total_weights)},
+      {"perf/per_device_tokens_per_sec", m.tokens_per_device},
+      {"perf/mfu", m.mfu},
+      {"learning/param_norm", m.param_norm.value_or(0.0)},
+  }};
+  const std::span<const Scalar> s(scalars.data(), m.param_norm ? scalars.size() : scalars.size() - 1);
+  if (tensorboard_) {
+    tensorboard_->write(m.step, s);
+    if (flush) tensorboard_->flush();
+  }
+  if (metrics_file_) {
+    metrics_file_->write(m.step, s);
+    if (flush) metrics_file_->flush();
+  }
+}
+
+RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
+  StopSignals signals;
+  if (step_ >= cfg_.steps)
+    log_ << fmt::format("nothing to train: the run is at step {} and steps={}\n", step_, cfg_.steps)
+         << std::flush;
   while (step_ < cfg_.steps) {
     StepMetrics m = step();
-    if (cfg_.log_period > 0 && (m.step % cfg_.log_period == 0 || m.step + 1 == cfg_.steps))
+    const bool last = step_ == cfg_.steps;
+    const bool log_step = m.step % cfg_.log_period == 0 || last;
+    const int sig = signals.received();
+    if (log_step) {
+      m.param_norm = ops::global_norm(param_views_);
       log_ << fmt::format(
                   "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.1f}, "
                   "total_weights: {}, loss: {:.4f}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%\n",
-                  m.step, m.seconds, m.tflops_per_device, m.tokens_per_device, m.total_weights, m.loss, m.grad_norm,
-                  m.learning_rate, 100 * m.mfu)
+                  m.step, m.seconds, m.tflops_per_device, m.tokens_per_device, m.total_weights, m.loss,
+                  m.grad_norm, m.learning_rate, 100 * m.mfu)
            << std::flush;
+    }
+    write_metrics(m, log_step || sig != 0);
+    if (sig)
+      log_ << fmt::format("received {} during step {}: stopping after it{} (a second signal stops at once)\n",
+                          signal_name(sig), m.step, checkpointer_ ? " with a checkpoint" : "")
+           << std::flush;
+    if (checkpointer_) {
+      checkpointer_->poll();
+      // The last save and one forced by a signal are written before returning anyway: no snapshot.
+      if (step_ % cfg_.checkpoint_period == 0 || last || sig)
+        checkpointer_->save(step_, data_iterator_state(), cfg_.async_checkpointing && !last && !sig);
+    }
     if (on_step) on_step(m);
+    if (sig) {
+      log_ << fmt::format("stopped by {} after {} steps{}\n", signal_name(sig), step_,
+                          checkpointer_ ? "; run the same command again to resume"
+                                        : " (no checkpoint: enable_checkpointing=false)")
+           << std::flush;
+      return {.step = step_, .stop_signal = sig};
+    }
   }
+  if (checkpointer_) checkpointer_->wait();
+  return {.step = step_, .stop_signal = 0};
 }
 
 }  // namespace tessera::train

@@ -1,23 +1,34 @@
-// The training loop: builds the model's step plan from a Config, initialises parameters, and runs
-// `steps` optimizer steps of gradient_accumulation_steps micro-steps each, logging one line per
-// log_period step in MaxText's shape:
+// The training loop: builds the model's step plan from a Config, initialises parameters (or
+// restores them, see below), and runs `steps` optimizer steps of gradient_accumulation_steps
+// micro-steps each, logging one line per log_period step in MaxText's shape:
 //   completed step: 12, seconds: 1.234, TFLOP/s/device: 0.456, Tokens/s/device: 6639.1,
 //   total_weights: 8192, loss: 7.123, MFU: 51.2%
 // TFLOP/s counts model FLOPs as MaxText does (3 x forward matmul and causal-attention FLOPs;
 // recomputation not counted); MFU divides by the device's peak for the compute dtype, measured by
 // a calibration loop at start-up unless device_peak_tflops is set.
+//
+// Where the state comes from, in MaxText's order: the newest intact checkpoint of run_name (with
+// enable_checkpointing), else load_parameters_path (parameters only, step 0) or
+// load_full_state_path (parameters, optimizer state and step), else init_weights_seed.
+// Outputs beside the log line: checkpoints every checkpoint_period steps, at the end and on
+// SIGTERM/SIGINT (checkpoint.h); TensorBoard scalars every step (tensorboard.h); metrics_file JSON
+// lines (metrics_writer.h). Both metric writers are flushed every log_period steps.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <vector>
 
 #include "tessera/config/config.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/llama.h"
+#include "tessera/train/checkpoint.h"
+#include "tessera/train/metrics_writer.h"
 #include "tessera/train/peak.h"
 #include "tessera/train/schedule.h"
+#include "tessera/train/tensorboard.h"
 
 namespace tessera::train {
 
@@ -31,6 +42,12 @@ struct StepMetrics {
   double grad_norm = 0;
   double learning_rate = 0;
   int64_t total_weights = 0;  // tokens counted in the loss
+  std::optional<double> param_norm;  // global L2 norm of the parameters: on log steps only (run())
+};
+
+struct RunResult {
+  int64_t step = 0;     // completed steps when run() returned
+  int stop_signal = 0;  // SIGTERM or SIGINT when a signal stopped the run early, else 0
 };
 
 models::ModelSpec model_spec_from_config(const Config& cfg);
@@ -40,8 +57,10 @@ class Trainer {
   Trainer(const Config& cfg, std::ostream& log);
   ~Trainer();
 
-  // Runs from the current step to cfg.steps; calls `on_step` after each step when set.
-  void run(const std::function<void(const StepMetrics&)>& on_step = {});
+  // Runs from the current step to cfg.steps; calls `on_step` after each step when set. SIGTERM or
+  // SIGINT during the run stops it after the current step, with a checkpoint when checkpointing
+  // is on (a second signal kills the process at once).
+  RunResult run(const std::function<void(const StepMetrics&)>& on_step = {});
   // One optimizer step (all micro-steps); returns its metrics.
   StepMetrics step();
 
@@ -49,10 +68,14 @@ class Trainer {
   graph::Executor& executor() { return *exec_; }
   const models::ModelSpec& spec() const { return spec_; }
   double startup_seconds() const { return startup_seconds_; }
+  int64_t current_step() const { return step_; }  // completed steps: the next step to run
 
  private:
   void fill_synthetic_batch(int64_t step, int64_t micro);
   void fill_dloss(int64_t counted_tokens);
+  void restore_state();
+  void write_metrics(const StepMetrics& m, bool flush);
+  nlohmann::json data_iterator_state() const;
 
   Config cfg_;
   std::ostream& log_;
@@ -65,6 +88,10 @@ class Trainer {
   double peak_flops_ = 0;
   int64_t step_ = 0;
   double startup_seconds_ = 0;
+  std::vector<Tensor> param_views_;  // every f32 master, for the parameter norm
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<MetricsFile> metrics_file_;
 };
 
 }  // namespace tessera::train

@@ -1,0 +1,140 @@
+// Checkpoints: the training state on disk, written atomically, verified on load, resumable to the
+// bit. docs/checkpoints.md is the user's guide; this is the contract.
+//
+// Layout, one folder per checkpoint, named by the number of completed optimizer steps (the step
+// training continues with):
+//   {base_output_directory}/{run_name}/checkpoints/<step>/
+//     params.safetensors     f32 master parameters under Tessera's parameter names
+//     opt_state.safetensors  AdamW moments <param>.adam_m / <param>.adam_v (absent for SGD)
+//     manifest.json          format version, step, the resolved config as YAML, the data
+//                            iterator's state, the mesh, and each file's size and CRC32C
+//
+// Atomicity: a save writes into <step>.tmp/, fsyncs every file and the folder, renames it to
+// <step>/ and fsyncs the parent, so a folder with a step number for a name is complete; a crash
+// leaves at most a *.tmp folder, which the next run removes. Integrity: loading checks every
+// file's size and CRC32C against the manifest before reading a tensor; a truncated or corrupt
+// checkpoint is an Error(kIo) naming the file. A checkpoint of another model (a tensor missing,
+// extra or of another shape) is an Error(kConfig) naming the file and the tensor.
+//
+// Async saves: the step loop copies parameters and optimizer state into a host buffer allocated
+// once (the stall), and a background thread writes the files while training continues; one save
+// is in flight at a time. That writer is a std::thread, not OpenMP work: it does file I/O, not
+// compute, and must run across steps while the OpenMP pool runs the kernels. Left out: sharded (per-rank)
+// files, Orbax/OCDBT, saving bf16 compute copies (they are recomputed from the masters on load).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/config/config.h"
+#include "tessera/core/arena.h"
+#include "tessera/graph/plan.h"
+
+namespace tessera::train {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kParamsFile = "params.safetensors";
+inline constexpr const char* kOptStateFile = "opt_state.safetensors";
+inline constexpr const char* kManifestFile = "manifest.json";
+
+enum class RestoreKind {
+  kParams,     // parameters only (load_parameters_path): optimizer state stays fresh, step 0
+  kFullState,  // parameters, optimizer state and step (resume, load_full_state_path)
+};
+
+struct CheckpointInfo {
+  std::filesystem::path path;    // the folder (or, for a bare parameter file, the file)
+  int64_t step = 0;              // completed optimizer steps; 0 for kParams
+  nlohmann::json data_iterator;  // the data pipeline's state at `step` (null for kParams)
+};
+
+// {base_output_directory}/{run_name}/checkpoints
+std::filesystem::path checkpoint_root(const Config& cfg);
+
+// The complete checkpoints under `root` (folders named by a step number), oldest first; empty
+// when `root` does not exist.
+std::vector<int64_t> list_checkpoints(const std::filesystem::path& root);
+
+// Reads `dir`/manifest.json and checks the size and CRC32C of every file it lists; returns the
+// manifest. Throws kIo naming the file and what is wrong.
+nlohmann::json verify_checkpoint(const std::filesystem::path& dir);
+
+// Verifies and loads a checkpoint into `plan`, then refreshes the compute copies. `path` is a
+// checkpoint folder; for kParams it may also be a bare safetensors file of parameters (e.g. a
+// converted one), which has no manifest to check against. Throws kIo (missing, truncated, corrupt)
+// or kConfig (a checkpoint of another model or optimizer).
+CheckpointInfo restore_checkpoint(graph::Plan& plan, const std::filesystem::path& path, RestoreKind kind);
+
+class Checkpointer {
+ public:
+  // Saves under checkpoint_root(cfg). With cfg.async_checkpointing the snapshot buffer (parameters
+  // and optimizer state) is allocated and pre-faulted here, once.
+  Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& log);
+  // Waits for a save in flight; its error, if any, is logged (a destructor does not throw).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  const std::filesystem::path& root() const { return root_; }
+
+  // Removes the *.tmp folders of saves that never finished, then restores the newest checkpoint
+  // that verifies, reporting and skipping corrupt ones. nullopt when there is none; kIo when
+  // checkpoints exist but none verifies; kConfig when the newest intact one is of another model.
+  std::optional<CheckpointInfo> restore_latest();
+
+  // Saves the plan's parameters and optimizer state as checkpoint `step` (completed steps). With
+  // `async`, waits for the previous save, copies the state into the snapshot buffer and returns
+  // while a background thread writes; else writes before returning. Throws the error of a failed
+  // earlier background save.
+  void save(int64_t step, const nlohmann::json& data_iterator, bool async);
+  // Logs a background save that has finished and rethrows its error; never blocks.
+  void poll();
+  // Waits for the save in flight (if any), logs it and rethrows its error.
+  void wait();
+
+ private:
+  struct StateTensor {
+    std::string name;
+    Tensor live;      // the plan's view
+    Tensor snapshot;  // its place in the snapshot buffer (async only)
+  };
+  struct Pending {
+    int64_t step = 0;
+    double waited = 0, copy = 0;  // the step loop's stall: waiting for the previous save, copying
+    double write = 0;             // the background write
+    size_t bytes = 0;
+    std::vector<int64_t> removed;  // older checkpoints deleted by max_num_checkpoints_to_keep
+    std::exception_ptr error;
+  };
+  struct CopyChunk {  // a piece of the snapshot copy, for the threads to share
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  nlohmann::json manifest_base(int64_t step, const nlohmann::json& data_iterator) const;
+  void join_and_report();
+  void remove_incomplete();
+
+  Config cfg_;
+  graph::Plan& plan_;
+  std::ostream& log_;
+  std::filesystem::path root_;
+  std::string config_yaml_;
+  std::vector<StateTensor> params_, opt_state_;
+  size_t state_bytes_ = 0;
+  Arena snapshot_;
+  std::vector<CopyChunk> chunks_;
+  std::thread writer_;
+  std::atomic<bool> writer_done_{false};
+  Pending pending_;
+};
+
+}  // namespace tessera::train
