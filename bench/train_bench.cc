@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   }
   // The benchmark's shape unless the command line says otherwise.
   for (std::string d : {"model_name=llama-125m", "per_device_batch_size=8", "max_target_length=1024",
-                        "run_name=train_bench"}) {
+                        "run_name=train_bench", "enable_checkpointing=false", "enable_tensorboard=false"}) {
     std::string key = d.substr(0, d.find('=') + 1);
     if (std::none_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.starts_with(key); }))
       overrides.push_back(d);
@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
       if (m.step >= warmup) measured.push_back(m);
     });
     if (profile) std::cerr << trainer.executor().profile_report();
+    if (measured.empty()) throw tessera::Error(tessera::ErrorKind::kConfig, "no step was measured (steps <= warmup?)");
     std::sort(measured.begin(), measured.end(), [](auto& a, auto& b) { return a.seconds < b.seconds; });
     const auto& med = measured[measured.size() / 2];
     const auto& mem = trainer.plan().memory();

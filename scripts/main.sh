@@ -14,4 +14,5 @@ for b in gemm_bench attention_bench pointwise_bench loss_bench; do
 done
 echo "=== tessera train (llama-test, synthetic tokens)"
 "$BUILD_DIR/tessera" train configs/base.yml run_name=main_demo model_name=llama-test steps=30 \
-  per_device_batch_size=4 max_target_length=128 log_period=5 dtype=float32 learning_rate=3e-3
+  per_device_batch_size=4 max_target_length=128 log_period=5 dtype=float32 learning_rate=3e-3 \
+  enable_checkpointing=false

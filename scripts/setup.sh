@@ -21,6 +21,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader)
 )
 
 missing=()
@@ -35,10 +36,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# TensorBoard's own reader, for the test that reads Tessera's event files with it
-# (tests/train/tensorboard_test.cc reports a skip, saying why, when the import fails).
-if ! python3 -c 'import tensorboard' 2>/dev/null; then
-  python3 -m pip install --quiet tensorboard ||
+# Test-only Python tools from PyPI, in a virtual environment of the checkout (.venv-test, ignored
+# by git): TensorBoard's own event reader checks Tessera's event files. Tessera itself never runs
+# Python. A test whose Python package is missing reports itself skipped, saying why.
+if [ ! -x .venv-test/bin/python ]; then
+  python3 -m venv .venv-test || echo "setup: cannot create .venv-test (python3-venv missing?)"
+fi
+if [ -x .venv-test/bin/python ] && ! .venv-test/bin/python -c 'import tensorboard' 2>/dev/null; then
+  .venv-test/bin/python -m pip install --quiet --disable-pip-version-check tensorboard ||
     echo "setup: could not install the tensorboard Python package; its reader test will be skipped"
 fi
 

@@ -15,7 +15,8 @@ namespace {
 
 Config small_config(std::vector<std::string> extra = {}) {
   std::vector<std::string> o = {"model_name=llama-test", "run_name=t", "per_device_batch_size=2",
-                                "max_target_length=16", "steps=4", "log_period=1", "device_peak_tflops=0.5"};
+                                "max_target_length=16", "steps=4", "log_period=1", "device_peak_tflops=0.5",
+                                "enable_checkpointing=false", "enable_tensorboard=false"};
   o.insert(o.end(), extra.begin(), extra.end());
   return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
 }
