@@ -124,7 +124,6 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& o)
   const int threads =
       o.num_threads > 0 ? o.num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::unordered_map<std::string, std::string> args = {
-      {"model_prefix", o.model_path.stem().string()},  // required by the library; nothing is written under it
       {"model_type", o.model_type},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"byte_fallback", o.byte_fallback ? "true" : "false"},
