@@ -218,6 +218,14 @@ struct Config {
   int64_t compile_topology_num_slices;
   std::string compiled_plan_file;
 
+  // data preparation and eval data (schema: add_data_extra_keys)
+  std::string eval_dataset_path;
+  std::string data_output_path;
+  int64_t tokens_per_shard;
+  int64_t max_corpus_chars;
+  std::string tokenizer_model_type;
+  bool tokenizer_byte_fallback;
+
   // ---- derived: filled by finalize_config() from the keys above; not keys, never parsed ----
   int64_t emb_dim;                                    // base_emb_dim scaled by global_parameter_scale
   int64_t num_query_heads;                            // base_num_query_heads scaled

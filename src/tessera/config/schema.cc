@@ -374,6 +374,26 @@ void add_inference_and_compile_keys(std::vector<FieldSpec>& t) {
          "mesh and schedule match.");
 }
 
+void add_data_extra_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "data preparation");
+  g.text("eval_dataset_path", &Config::eval_dataset_path, R"("")",
+         "File, folder or glob of the evaluation data, read like dataset_path (same dataset_type and "
+         "tokenizer) in order, once per evaluation; empty = no eval data.");
+  g.text("data_output_path", &Config::data_output_path, R"("")",
+         "Folder where `tessera prepare-data` writes the token shards of dataset_path (then train with "
+         "dataset_type=tokens dataset_path=<this folder>).");
+  g.integer("tokens_per_shard", &Config::tokens_per_shard, "134217728", at_least(1),
+            "prepare-data: tokens per shard file; a shard closes at the first document boundary past it.");
+  g.integer("max_corpus_chars", &Config::max_corpus_chars, "10000000", at_least(1),
+            "train-tokenizer: characters of dataset_path read to train the tokenizer (MaxText's "
+            "train_tokenizer flag).");
+  g.choice("tokenizer_model_type", &Config::tokenizer_model_type, "unigram", {"unigram", "bpe"}, {},
+           "train-tokenizer: SentencePiece model type (MaxText's trainer uses unigram).");
+  g.boolean("tokenizer_byte_fallback", &Config::tokenizer_byte_fallback, "true",
+            "train-tokenizer: characters outside the vocabulary become byte tokens instead of <unk>, so "
+            "decoding gives the text back exactly.");
+}
+
 std::vector<FieldSpec> build_schema() {
   std::vector<FieldSpec> t;
   add_run_keys(t);
@@ -384,6 +404,7 @@ std::vector<FieldSpec> build_schema() {
   add_checkpoint_and_logging_keys(t);
   add_parallelism_keys(t);
   add_inference_and_compile_keys(t);
+  add_data_extra_keys(t);
   return t;
 }
 
