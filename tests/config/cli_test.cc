@@ -184,7 +184,7 @@ TEST_F(Cli, TrainRunsAndLogsEachStep) {
 
 TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
   for (std::vector<std::string> opts : std::vector<std::vector<std::string>>{
-           {"dataset_type=tokens", "dataset_path=x"}, {"eval_interval=5"}}) {
+           {"eval_interval=5", "eval_steps=2", "per_device_batch_size=2", "eval_per_device_batch_size=3"}}) {
     SCOPED_TRACE(opts[0]);
     std::vector<std::string> argv = {"train", base(), "run_name=refuse", outputs(), "model_name=llama-test"};
     argv.insert(argv.end(), opts.begin(), opts.end());

@@ -161,10 +161,11 @@ double Executor::forward_only(int64_t* counted) {
 
 OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   OptimizerResult r;
-  r.grad_norm = ops::global_norm(grads_);
+  TESSERA_ASSERT(step.grad_divisor > 0);
+  r.grad_norm = ops::global_norm(grads_) / step.grad_divisor;
   r.clip_scale = ops::clip_scale(r.grad_norm, step.clip_threshold);
   step_ = step;
-  grad_scale_ = r.clip_scale;
+  grad_scale_ = r.clip_scale / step.grad_divisor;
   const auto& nodes = plan_.graph().nodes();
   for (size_t i = static_cast<size_t>(plan_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
   return r;

@@ -20,10 +20,15 @@ struct OptimizerStep {
   ops::AdamWHyperparams adamw;   // lr, betas, eps, weight_decay, step; grad_scale set by the executor
   double sgd_lr = 0;
   double clip_threshold = 0;     // global-norm clip (0: off)
+  // The accumulated gradients are divided by this before the clip and the update: the number of
+  // counted tokens when the loss gradient was seeded with 1 per token (MaxText sums the
+  // unnormalised cross-entropy over micro-steps and divides once). 1 when dloss already holds
+  // 1 / count.
+  double grad_divisor = 1;
 };
 
 struct OptimizerResult {
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // of the divided gradients, before clipping
   double clip_scale = 1;
 };
 

@@ -4,7 +4,9 @@
 
 #include <array>
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <cmath>
 #include <csignal>
 
@@ -19,19 +21,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 // Options whose machinery is not in this build are refused, never silently ignored.
 void reject_unbuilt_options(const Config& cfg) {
   auto refuse = [](bool set, const char* what) {
     if (set) fail(ErrorKind::kConfig, "{} is not in this build yet", what);
   };
-  refuse(cfg.dataset_type != "synthetic", "dataset_type other than 'synthetic' (real data readers)");
-  refuse(cfg.eval_interval > 0, "eval_interval > 0 (evaluation needs a real dataset)");
+  refuse(cfg.eval_interval > 0 && cfg.eval_per_device_batch_size > 0 &&
+             cfg.eval_per_device_batch_size != cfg.per_device_batch_size,
+         "eval_per_device_batch_size other than per_device_batch_size (eval runs the training plan's shapes)");
   refuse(cfg.hardware != "cpu", "hardware other than cpu (the CUDA backend)");
   if (cfg.run_name.empty() && (cfg.enable_checkpointing || cfg.enable_tensorboard))
     fail(ErrorKind::kConfig,
@@ -157,6 +154,19 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
       spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
   for (graph::ValueId p : plan_->graph().params()) param_views_.push_back(plan_->view(p));
+  const Tensor& dloss = plan_->view(plan_->dloss());
+  std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
+  data_ = std::make_unique<data::DataIterator>(data::data_options_from_config(cfg, /*eval=*/false));
+  log_ << "data: " << data_->describe() << "\n";
+  if (cfg.eval_interval > 0) {
+    if (cfg.dataset_type != "synthetic" && cfg.eval_dataset_path.empty())
+      fail(ErrorKind::kConfig, "eval_interval={} needs eval_dataset_path (the held-out split)", cfg.eval_interval);
+    if (cfg.dataset_type == "synthetic" && cfg.eval_steps < 1)
+      fail(ErrorKind::kConfig, "eval_interval={} on synthetic data needs eval_steps >= 1 (synthetic data has no end)",
+           cfg.eval_interval);
+    eval_data_ = std::make_unique<data::DataIterator>(data::data_options_from_config(cfg, /*eval=*/true));
+    log_ << "eval data: " << eval_data_->describe() << "\n";
+  }
   restore_state();
   const std::filesystem::path run_dir = std::filesystem::path(cfg.base_output_directory) / cfg.run_name;
   if (cfg.enable_tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
@@ -188,61 +198,64 @@ void Trainer::restore_state() {
   }
   if (!info) return;
   step_ = info->step;
+  if (!info->data_iterator.is_null()) data_->restore(info->data_iterator.get<data::IteratorState>());
   log_ << fmt::format("{} {}: continuing with step {} ({:.2f} s)\n", what, info->path.string(), step_,
                       since(t0));
 }
 
-// The synthetic data is a function of (data_shuffle_seed, step): the step is its whole state.
-nlohmann::json Trainer::data_iterator_state() const {
-  return {
-      {"dataset_type", cfg_.dataset_type}, {"data_shuffle_seed", cfg_.data_shuffle_seed}, {"step", step_}};
-}
+nlohmann::json Trainer::data_iterator_state() const { return data_->state(); }
 
 Trainer::~Trainer() = default;
 
-// Synthetic data: uniform random tokens from (data_shuffle_seed, step, micro-step, position);
-// each row is one segment with positions 0..T-1; targets are the inputs shifted by one.
-void Trainer::fill_synthetic_batch(int64_t step, int64_t micro) {
-  const int64_t B = spec_.batch, T = spec_.seq, V = spec_.vocab_size;
-  auto* tok = plan_->view(inputs_.tokens).ptr<int32_t>();
-  auto* tgt = plan_->view(inputs_.targets).ptr<int32_t>();
-  auto* pos = plan_->view(inputs_.positions).ptr<int32_t>();
-  auto* seg = plan_->view(inputs_.segment_ids).ptr<int32_t>();
-  const uint64_t base = mix(static_cast<uint64_t>(cfg_.data_shuffle_seed) ^ mix(static_cast<uint64_t>(step) * 1024 +
-                                                                                static_cast<uint64_t>(micro)));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t <= T; ++t) {
-      auto token = static_cast<int32_t>(mix(base ^ static_cast<uint64_t>(b * (T + 1) + t)) % static_cast<uint64_t>(V));
-      if (t < T) tok[b * T + t] = token;
-      if (t > 0) tgt[b * T + t - 1] = token;
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      pos[b * T + t] = static_cast<int32_t>(t);
-      seg[b * T + t] = 1;
-    }
-  }
+// The plan's input buffers, which the data iterator fills in place.
+data::Batch Trainer::input_batch() {
+  auto span = [&](graph::ValueId v) {
+    const Tensor& t = plan_->view(v);
+    return std::span<int32_t>(t.ptr<int32_t>(), static_cast<size_t>(t.numel()));
+  };
+  return {span(inputs_.tokens), span(inputs_.targets), span(inputs_.positions), span(inputs_.segment_ids)};
 }
 
-void Trainer::fill_dloss(int64_t counted_tokens) {
-  const Tensor& d = plan_->view(plan_->dloss());
-  const float w = counted_tokens > 0 ? 1.0f / static_cast<float>(counted_tokens) : 0.0f;
-  for (int64_t i = 0; i < d.numel(); ++i) d.ptr<float>()[i] = w;
+// Mean loss over eval_steps batches of the eval split (all of it when eval_steps = -1).
+void Trainer::evaluate() {
+  const auto t0 = Clock::now();
+  eval_data_->reset();
+  const data::Batch batch = input_batch();
+  double loss_sum = 0;
+  int64_t counted = 0, batches = 0;
+  data::BatchInfo info;
+  while ((cfg_.eval_steps < 0 || batches < cfg_.eval_steps) && eval_data_->next(batch, &info)) {
+    int64_t c = 0;
+    loss_sum += exec_->forward_only(&c);
+    counted += c;
+    ++batches;
+  }
+  const double loss = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+  log_ << fmt::format("eval after step {}: avg_loss {:.4f}, perplexity {:.2f}, {} batches, {} tokens, {:.2f} s\n",
+                      step_ - 1, loss, std::exp(loss), batches, counted, since(t0))
+       << std::flush;
+  const std::array<Scalar, 2> scalars = {{{"eval/avg_loss", loss}, {"eval/total_weights", static_cast<double>(counted)}}};
+  if (tensorboard_) tensorboard_->write(step_ - 1, scalars);
+  if (metrics_file_) metrics_file_->write(step_ - 1, scalars);
 }
 
 StepMetrics Trainer::step() {
   const auto t0 = Clock::now();
   const int64_t micro_steps = cfg_.gradient_accumulation_steps;
-  const int64_t tokens_per_micro = spec_.batch * spec_.seq;
-  // Every synthetic target counts, so the global batch's count is known before the first
-  // micro-step; the loss gradient is 1 / count on every counted token of every micro-step.
-  const int64_t counted = tokens_per_micro * micro_steps;
-  fill_dloss(counted);
+  // dloss is 1 on every token (set once at start-up), so the gradients accumulate the summed
+  // loss of all micro-steps; the optimizer divides by the tokens counted (grad_divisor), as
+  // MaxText does, so the update is that of the whole global batch whatever the padding.
+  int64_t counted = 0;
   exec_->zero_grads();
   double loss_sum = 0;
+  const data::Batch batch = input_batch();
   for (int64_t m = 0; m < micro_steps; ++m) {
-    fill_synthetic_batch(step_, m);
+    data::BatchInfo info;
+    TESSERA_CHECK(data_->next(batch, &info), ErrorKind::kInternal, "the training data iterator ran out");
+    counted += info.targets;
     loss_sum += exec_->forward_backward();
   }
+  TESSERA_CHECK(counted > 0, ErrorKind::kRuntime, "step {}: the batch has no target tokens", step_);
   StepMetrics r;
   r.step = step_;
   r.loss = loss_sum / static_cast<double>(counted);
@@ -255,6 +268,7 @@ StepMetrics Trainer::step() {
               .weight_decay = cfg_.adam_weight_decay, .step = step_ + 1};
   os.sgd_lr = r.learning_rate;
   os.clip_threshold = cfg_.gradient_clipping_threshold;
+  os.grad_divisor = static_cast<double>(counted);
   r.grad_norm = exec_->apply_optimizer(os).grad_norm;
   r.seconds = since(t0);
   r.total_weights = counted;
@@ -324,6 +338,7 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
       if (step_ % cfg_.checkpoint_period == 0 || last || sig)
         checkpointer_->save(step_, data_iterator_state(), cfg_.async_checkpointing && !last && !sig);
     }
+    if (eval_data_ && step_ % cfg_.eval_interval == 0) evaluate();
     if (on_step) on_step(m);
     if (sig) {
       log_ << fmt::format("stopped by {} after {} steps{}\n", signal_name(sig), step_,

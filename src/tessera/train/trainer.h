@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tessera/config/config.h"
+#include "tessera/data/iterator.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/llama.h"
 #include "tessera/train/checkpoint.h"
@@ -71,8 +72,8 @@ class Trainer {
   int64_t current_step() const { return step_; }  // completed steps: the next step to run
 
  private:
-  void fill_synthetic_batch(int64_t step, int64_t micro);
-  void fill_dloss(int64_t counted_tokens);
+  data::Batch input_batch();
+  void evaluate();
   void restore_state();
   void write_metrics(const StepMetrics& m, bool flush);
   nlohmann::json data_iterator_state() const;
@@ -89,6 +90,8 @@ class Trainer {
   int64_t step_ = 0;
   double startup_seconds_ = 0;
   std::vector<Tensor> param_views_;  // every f32 master, for the parameter norm
+  std::unique_ptr<data::DataIterator> data_;
+  std::unique_ptr<data::DataIterator> eval_data_;  // when eval_interval > 0
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<MetricsFile> metrics_file_;
