@@ -4,10 +4,17 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <chrono>
+
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/data/corpus_pd_en.h"
+#include "tessera/data/prepare.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/data/tokenizer_sentencepiece.h"
+#include "tessera/train/sample.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -73,8 +80,6 @@ const std::vector<PlannedCommand>& planned_commands() {
        "the ahead-of-time planner"},
       {"convert", "Convert checkpoints to and from the Hugging Face safetensors layout.",
        "checkpoint conversion"},
-      {"prepare-data", "Tokenize a text corpus into token shards.", "data preparation"},
-      {"train-tokenizer", "Train a tokenizer on a text corpus.", "tokenizer training"},
   };
   return commands;
 }
@@ -142,12 +147,107 @@ int version(std::ostream& out) {
   return kExitOk;
 }
 
+namespace {
+
+std::vector<std::string> split_paths(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = std::min(s.find(',', pos), s.size());
+    if (end > pos) out.push_back(s.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+data::SentencePieceTrainReport train_tokenizer_from(const Config& cfg, std::ostream& out) {
+  data::SentencePieceTrainOptions o;
+  o.inputs = split_paths(cfg.dataset_path);
+  o.model_path = cfg.tokenizer_path;
+  o.vocab_size = cfg.vocab_size;
+  o.model_type = cfg.tokenizer_model_type;
+  o.max_corpus_chars = cfg.max_corpus_chars;
+  o.byte_fallback = cfg.tokenizer_byte_fallback;
+  fmt::print(out, "training a {} SentencePiece tokenizer of {} pieces on at most {} characters of {}\n", o.model_type,
+             o.vocab_size, o.max_corpus_chars, cfg.dataset_path);
+  data::SentencePieceTrainReport r = data::train_sentencepiece(o);
+  fmt::print(out, "wrote {} ({} lines, {} characters, {:.1f} s)\n", o.model_path.string(), r.sentences, r.chars,
+             r.seconds);
+  return r;
+}
+
+}  // namespace
+
 int train(const ConfigArgs& args, std::ostream& out) {
   Config cfg = load_config(args.config_file, args.overrides);
   std::filesystem::path dump = write_resolved_config(cfg);
   fmt::print(out, "tessera train: run {}, resolved config written to {}\n", cfg.run_name, dump.string());
+  // As MaxText does: a text dataset whose SentencePiece model does not exist yet gets one trained.
+  if (cfg.dataset_type == "text" && cfg.tokenizer_type == "sentencepiece" && !cfg.tokenizer_path.empty() &&
+      !std::filesystem::exists(cfg.tokenizer_path)) {
+    fmt::print(out, "tokenizer {} does not exist: ", cfg.tokenizer_path);
+    train_tokenizer_from(cfg, out);
+  }
   train::Trainer trainer(cfg, out);
-  trainer.run();
+  train::RunResult r = trainer.run();
+  if (!cfg.prompt.empty() && r.stop_signal == 0) {
+    if (cfg.tokenizer_path.empty())
+      fail(ErrorKind::kConfig, "prompt is set, but there is no tokenizer_path to turn it into tokens");
+    auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
+    train::SampleOptions so{.prompt = cfg.prompt,
+                            .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
+                            .strategy = cfg.decode_sampling_strategy,
+                            .temperature = cfg.decode_sampling_temperature,
+                            .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
+    so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
+    fmt::print(out, "sample ({}, no KV cache): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
+  }
+  return kExitOk;
+}
+
+int train_tokenizer(const ConfigArgs& args, std::ostream& out) {
+  Config cfg = load_config(args.config_file, args.overrides);
+  if (cfg.tokenizer_type != "sentencepiece")
+    fail(ErrorKind::kConfig, "tokenizer_type={}: Tessera trains sentencepiece tokenizers only", cfg.tokenizer_type);
+  if (cfg.dataset_path.empty() || cfg.tokenizer_path.empty())
+    fail(ErrorKind::kConfig, "train-tokenizer needs dataset_path (the text) and tokenizer_path (the .model to write)");
+  train_tokenizer_from(cfg, out);
+  return kExitOk;
+}
+
+int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
+  Config cfg = load_config(args.config_file, args.overrides);
+  if (cfg.dataset_path.empty() || cfg.data_output_path.empty() || cfg.tokenizer_path.empty())
+    fail(ErrorKind::kConfig,
+         "prepare-data needs dataset_path (text or JSONL inputs), tokenizer_path and data_output_path (the shard folder)");
+  auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
+  data::PrepareDataOptions o;
+  o.inputs = split_paths(cfg.dataset_path);
+  o.out_dir = cfg.data_output_path;
+  o.tokens_per_shard = cfg.tokens_per_shard;
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  data::PrepareReport r = data::prepare_data(o, *tok, [&](const data::PrepareProgress& p) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::milliseconds(200) && p.bytes_read < p.bytes_total) return;
+    last = now;
+    const double frac = p.bytes_total ? static_cast<double>(p.bytes_read) / static_cast<double>(p.bytes_total) : 1.0;
+    const int filled = static_cast<int>(frac * 30);
+    fmt::print(err, "\r[{:<30}] {:5.1f}%  {:.1f} MB  {} documents  {} tokens  {} shards", std::string(filled, '#'),
+               100 * frac, static_cast<double>(p.bytes_read) / 1e6, p.documents, p.tokens, p.shards);
+    err.flush();
+  });
+  fmt::print(err, "\n");
+  fmt::print(out, "prepare-data: {} documents, {} tokens from {:.1f} MB of text into {} shards under {} ({:.1f} s)\n",
+             r.documents, r.tokens, static_cast<double>(r.bytes) / 1e6, r.shards.size(), o.out_dir.string(),
+             r.seconds);
+  return kExitOk;
+}
+
+int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out) {
+  data::CorpusReport r = data::build_pd_en(unpacked_dir, out_dir);
+  for (const auto& f : r.files) fmt::print(out, "  {:<48} {:>10} bytes  ({})\n", f.path.string(), f.bytes, f.package);
+  fmt::print(out, "prepare-corpus: pd-en written to {}: {:.1f} MB train, {:.1f} MB validation\n", out_dir,
+             static_cast<double>(r.train_bytes) / 1e6, static_cast<double>(r.validation_bytes) / 1e6);
   return kExitOk;
 }
 

@@ -50,6 +50,17 @@ int version(std::ostream& out);
 // run the training loop, logging to `out`.
 int train(const ConfigArgs& args, std::ostream& out);
 
+// `tessera train-tokenizer CONFIG [k=v ...]`: a SentencePiece model from dataset_path's text.
+int train_tokenizer(const ConfigArgs& args, std::ostream& out);
+
+// `tessera prepare-data CONFIG [k=v ...]`: dataset_path's text or JSONL into token shards under
+// data_output_path, with a progress bar on `err`.
+int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
+
+// `tessera prepare-corpus UNPACKED_DIR OUT_DIR`: the pd-en corpus from unpacked Debian packages
+// (scripts/prepare_corpus.sh downloads and unpacks them).
+int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out);
+
 // decode, serve, ...: load and validate the config, apply num_threads, write the resolved config
 // to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
 // (exit 3), never a silent success.

@@ -43,8 +43,17 @@ int main(int argc, char** argv) {
   help->add_flag("--yaml", yaml, "print every key at its default as a commented YAML file");
   CLI::App* ver = app.add_subcommand("version", "Print the version and the CPU kernels this machine uses.");
   CLI::App* train_cmd =
-      app.add_subcommand("train", "Train a model (synthetic data in this build; checkpoints come later).");
+      app.add_subcommand("train", "Train a model; resumes from the latest checkpoint of run_name.");
   add_config_args(train_cmd, args);
+  CLI::App* tok_cmd = app.add_subcommand("train-tokenizer", "Train a SentencePiece tokenizer on dataset_path.");
+  add_config_args(tok_cmd, args);
+  CLI::App* prep_cmd = app.add_subcommand("prepare-data", "Tokenize dataset_path into token shards (data_output_path).");
+  add_config_args(prep_cmd, args);
+  std::string unpacked_dir, corpus_out;
+  CLI::App* corpus_cmd =
+      app.add_subcommand("prepare-corpus", "Convert unpacked Debian packages into the pd-en corpus (see scripts/prepare_corpus.sh).");
+  corpus_cmd->add_option("UNPACKED_DIR", unpacked_dir, "folder holding the unpacked .deb files")->required();
+  corpus_cmd->add_option("OUT_DIR", corpus_out, "folder to write train/ and validation/ into")->required();
   std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
   for (const PlannedCommand& c : planned_commands()) {
     CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
@@ -67,6 +76,9 @@ int main(int argc, char** argv) {
           return help_config(key.empty() ? std::nullopt : std::optional(key), yaml, std::cout);
         if (ver->parsed()) return version(std::cout);
         if (train_cmd->parsed()) return train(args, std::cout);
+        if (tok_cmd->parsed()) return train_tokenizer(args, std::cout);
+        if (prep_cmd->parsed()) return prepare_data(args, std::cout, std::cerr);
+        if (corpus_cmd->parsed()) return prepare_corpus(unpacked_dir, corpus_out, std::cout);
         for (const auto& [sub, command] : planned)
           if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
         return kExitUsage;  // unreachable: CLI11 requires one subcommand

@@ -68,6 +68,7 @@ class Trainer {
   graph::Plan& plan() { return *plan_; }
   graph::Executor& executor() { return *exec_; }
   const models::ModelSpec& spec() const { return spec_; }
+  const models::DecoderInputs& inputs() const { return inputs_; }
   double startup_seconds() const { return startup_seconds_; }
   int64_t current_step() const { return step_; }  // completed steps: the next step to run
 

@@ -1,0 +1,30 @@
+// A short sample from a model in training, for the end of a run: the continuation of a prompt,
+// one token at a time, each from a full forward pass of the training plan (row 0 holds the text,
+// the other rows are padding). There is no KV cache here, so each token costs a forward pass over
+// max_target_length positions: fine for tens of tokens from a small model, and `tessera decode`
+// (with a KV cache) is the tool for real generation.
+//
+// Sampling follows MaxText's decode_sampling_strategy names: greedy, or weighted (softmax of
+// logits / decode_sampling_temperature); the others are refused.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/data/tokenizer.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+
+struct SampleOptions {
+  std::string prompt;
+  int64_t max_new_tokens = 64;
+  std::string strategy = "greedy";  // greedy | weighted
+  double temperature = 1.0;
+  uint64_t seed = 0;
+};
+
+// Returns the prompt followed by the generated text. Stops at EOS or when the row is full.
+std::string sample_text(Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& options);
+
+}  // namespace tessera::train
