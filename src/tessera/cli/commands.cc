@@ -190,9 +190,8 @@ int train(const ConfigArgs& args, std::ostream& out) {
   }
   train::Trainer trainer(cfg, out);
   train::RunResult r = trainer.run();
-  if (!cfg.prompt.empty() && r.stop_signal == 0) {
-    if (cfg.tokenizer_path.empty())
-      fail(ErrorKind::kConfig, "prompt is set, but there is no tokenizer_path to turn it into tokens");
+  // With a tokenizer to read it, the prompt's continuation shows what the model learnt.
+  if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0) {
     auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
     train::SampleOptions so{.prompt = cfg.prompt,
                             .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
