@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/corpus_pd_en.h"
 #include "tessera/data/corpus_rdata.h"
@@ -20,19 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // Writes R's XDR serialisation (R Internals, "Serialization formats"): big-endian ints, each item a
 // flags word (type | has-attribute 1<<9 | has-tag 1<<10 | gp levels << 12) and its payload.
