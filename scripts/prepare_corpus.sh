@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT=${1:-data/pd-en}
 WORK=$BUILD_DIR/pd-en-debs
-packages=(bible-kjv-text bible-kjv r-cran-janeaustenr r-cran-tokenizers dict-devil jargon-text)
+packages=(bible-kjv-text bible-kjv sword-text-web r-cran-janeaustenr r-cran-tokenizers dict-devil jargon-text)
 
 mkdir -p "$WORK/debs"
 missing=()

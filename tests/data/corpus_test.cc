@@ -1,6 +1,7 @@
 // Corpus conversion: the R serialisation reader on streams written here byte by byte (XDR), a
-// lazy-load database built the way R lays it out, build_pd_en on a miniature unpacked tree (a stand-in
-// `bible` program, R databases, a dictd file, a gzipped text), and, when TESSERA_PD_EN_UNPACKED
+// lazy-load database built the way R lays it out, the SWORD zText reader on a module written here,
+// build_pd_en on a miniature unpacked tree (a stand-in `bible` program, a zText module, R databases,
+// a dictd file, a gzipped text), and, when TESSERA_PD_EN_UNPACKED
 // names the real unpacked packages, the real conversion (also the driver scripts/prepare_corpus.sh
 // uses until the CLI has `tessera prepare-corpus`: with TESSERA_PD_EN_OUT it writes there).
 #include <gtest/gtest.h>
@@ -10,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/corpus_pd_en.h"
 #include "tessera/data/corpus_rdata.h"
+#include "tessera/data/corpus_sword.h"
 #include "tessera/data/files.h"
 
 namespace tessera::data {
@@ -20,19 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // Writes R's XDR serialisation (R Internals, "Serialization formats"): big-endian ints, each item a
 // flags word (type | has-attribute 1<<9 | has-tag 1<<10 | gp levels << 12) and its payload.
@@ -191,6 +182,69 @@ TEST(RData, LazyLoadDatabase) {
   EXPECT_THROW(db.get("second"), Error);
 }
 
+// A zText module: `entries` are the OSIS fragments in versification order, stored two per block.
+void write_ztext(const fs::path& dir, std::string_view testament, const std::vector<std::string>& entries) {
+  auto le = [](std::string& s, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  std::string bzs, bzz, bzv;
+  for (size_t b = 0; b < entries.size(); b += 2) {
+    std::string block;
+    for (size_t e = b; e < std::min(b + 2, entries.size()); ++e) {
+      le(bzv, static_cast<uint32_t>(b / 2), 4);
+      le(bzv, static_cast<uint32_t>(block.size()), 4);
+      le(bzv, static_cast<uint32_t>(entries[e].size()), 2);
+      block += entries[e];
+    }
+    const std::string z = zlib_compress(block);
+    le(bzs, static_cast<uint32_t>(bzz.size()), 4);
+    le(bzs, static_cast<uint32_t>(z.size()), 4);
+    le(bzs, static_cast<uint32_t>(block.size()), 4);
+    bzz += z;
+  }
+  fs::create_directories(dir);
+  const std::string t(testament);
+  write_file(dir / (t + ".bzs"), bzs);
+  write_file(dir / (t + ".bzz"), bzz);
+  write_file(dir / (t + ".bzv"), bzv);
+}
+
+// Two books in the shapes the World English Bible module has: a preface outside any book, notes
+// and non-canonical titles to drop, a canonical title to keep, a book whose div is missing (only its
+// chapter says where it starts), and a glossary after the last chapter's end.
+const std::vector<std::string> kZText = {
+    "",  // an empty entry (module heading)
+    R"(<div sID="p1" type="front"/><milestone n="Preface" type="x-usfm-toc2"/> Preface text.)",
+    R"(<div osisID="Gen" sID="b1" type="book"/><milestone n="Genesis" type="x-usfm-toc2"/>)"
+    R"(<title type="main">The First Book</title>)",
+    R"(<chapter n="1" osisID="Gen.1" sID="Gen.1"/>)",
+    R"(<w lemma="x">In</w> <w>the</w> beginning, <w>God</w><note placement="foot"><reference>1:1 </reference>)"
+    R"(A note.</note><w>created</w> it.)",
+    R"(<title canonical="true" type="psalm">A Psalm.</title> The earth &amp; <l>the</l><lb/>sky<note>n</note>.)",
+    R"(<chapter eID="Gen.1"/><div eID="b1" osisID="Gen" type="book"/><chapter n="1" osisID="Hos.1" sID="Hos.1"/>)",
+    R"(Hosea's word. <chapter eID="Hos.1"/> <div sID="g" type="glossary"/>)"
+    R"(<milestone n="Glossary" type="x-usfm-toc2"/> Abba means father.)",
+};
+
+TEST(Sword, ReadsBooksChaptersAndVerses) {
+  TempDir dir("sword");
+  write_ztext(dir.path(), "ot", kZText);
+  const std::vector<SwordBook> books = read_sword_ztext(dir.path());
+  ASSERT_EQ(books.size(), 2u);
+  EXPECT_EQ(books[0].osis_id, "Gen");
+  EXPECT_EQ(books[0].name, "Genesis");
+  ASSERT_EQ(books[0].chapters.size(), 1u);
+  EXPECT_EQ(books[0].chapters[0].number, "1");
+  EXPECT_EQ(books[0].chapters[0].verses,
+            (std::vector<std::string>{"In the beginning, God created it.", "A Psalm. The earth & the sky."}));
+  EXPECT_EQ(books[1].osis_id, "Hos");
+  EXPECT_EQ(books[1].name, "Hos");  // no table of contents entry: the OSIS id
+  EXPECT_EQ(books[1].chapters[0].verses, std::vector<std::string>{"Hosea's word."});
+  EXPECT_THROW(read_sword_ztext(dir.path() / "none"), Error);
+  fs::resize_file(dir.path() / "ot.bzz", 20);
+  EXPECT_THROW(read_sword_ztext(dir.path()), Error);
+}
+
 // A miniature of the unpacked packages: two books of verses, six tiny novels, Moby-Dick with its
 // Gutenberg header and footer, a dictd database, a gzipped Jargon File.
 void write_mini_tree(const fs::path& root) {
@@ -202,6 +256,7 @@ void write_mini_tree(const fs::path& root) {
                           "1Sa1:1 Now there was a man.\\n'\n";
   fs::permissions(bible, fs::perms::owner_all);
   fs::create_directories(root / "usr/lib");
+  write_ztext(root / "usr/share/sword/modules/texts/ztext/engWEB2015eb", "ot", kZText);
   const std::string austen = root / "usr/lib/R/site-library/janeaustenr/data/Rdata";
   std::vector<std::pair<std::string, std::vector<std::string>>> novels;
   for (const char* n :
@@ -236,6 +291,9 @@ TEST(Corpus, BuildsPdEnFromAMiniatureTree) {
   EXPECT_EQ(read_file(out / "train/kjv-01-genesis.txt"),
             "Genesis\n\nChapter 1\n\nIn the beginning.\nAnd the earth.\n\nChapter 2\n\nThus.\n");
   EXPECT_EQ(read_file(out / "train/kjv-02-exodus.txt"), "Exodus\n\nChapter 1\n\nNow there was a man.\n");
+  EXPECT_EQ(read_file(out / "train/web-01-genesis.txt"),
+            "Genesis\n\nChapter 1\n\nIn the beginning, God created it.\nA Psalm. The earth & the sky.\n");
+  EXPECT_EQ(read_file(out / "train/web-02-hosea.txt"), "Hosea\n\nChapter 1\n\nHosea's word.\n");
   EXPECT_EQ(read_file(out / "train/austen-emma.txt"), "emma begins\n\nand ends.\n");
   EXPECT_EQ(read_file(out / "validation/persuasion.txt"), "persuasion begins\n\nand ends.\n");
   EXPECT_FALSE(fs::exists(out / "train/austen-persuasion.txt"));
@@ -247,7 +305,7 @@ TEST(Corpus, BuildsPdEnFromAMiniatureTree) {
   EXPECT_NE(sources.find("| bible-kjv-text | 4.38 |"), std::string::npos);
   EXPECT_NE(sources.find("| train/austen-emma.txt, train/austen-mansfield-park.txt, "), std::string::npos);
   EXPECT_NE(sources.find("| dict-devil | unknown |"), std::string::npos);
-  EXPECT_EQ(r.files.size(), 2u + 6u + 3u);
+  EXPECT_EQ(r.files.size(), 2u + 2u + 6u + 3u);
   uint64_t train = 0;
   for (const CorpusFile& f : r.files)
     if (f.path.begin()->string() == "train") train += f.bytes;
@@ -278,7 +336,7 @@ TEST(Corpus, RealPdEn) {
   TempDir tmp("corpus_real");
   const fs::path out = out_env ? fs::path(out_env) : tmp.path() / "pd-en";
   const CorpusReport r = build_pd_en(unpacked, out.string());
-  EXPECT_EQ(r.files.size(), 66u + 6u + 3u);
+  EXPECT_EQ(r.files.size(), 66u + 81u + 6u + 3u);
   EXPECT_TRUE(read_file(out / "train/kjv-01-genesis.txt")
                   .starts_with("Genesis\n\nChapter 1\n\nIn the beginning God created "));
   EXPECT_NE(read_file(out / "train/kjv-66-revelation.txt")
@@ -291,9 +349,14 @@ TEST(Corpus, RealPdEn) {
   EXPECT_NE(read_file(out / "validation/persuasion.txt").find("Sir Walter Elliot"), std::string::npos);
   EXPECT_NE(read_file(out / "train/devils-dictionary.txt").find("ABILITY, n."), std::string::npos);
   EXPECT_EQ(read_file(out / "train/devils-dictionary.txt").find("00-database"), std::string::npos);
-  // About 11 MB of training text (KJV 4.3, Austen 3.5, Moby-Dick 1.2, Jargon 1.7, Bierce 0.4).
-  EXPECT_GT(r.train_bytes, 10'000'000u);
-  EXPECT_LT(r.train_bytes, 13'000'000u);
+  const std::string web = read_file(out / "train/web-01-genesis.txt");
+  EXPECT_TRUE(
+      web.starts_with("Genesis\n\nChapter 1\n\nIn the beginning, God created the heavens and the earth.\n"));
+  EXPECT_EQ(web.find('<'), std::string::npos);
+  EXPECT_EQ(read_file(out / "train/web-81-revelation.txt").find("Glossary"), std::string::npos);
+  // About 16 MB of training text (WEB 5.0, KJV 4.2, Austen 3.6, Jargon 1.7, Moby-Dick 1.2, Bierce 0.4).
+  EXPECT_GT(r.train_bytes, 15'000'000u);
+  EXPECT_LT(r.train_bytes, 17'000'000u);
   EXPECT_GT(r.validation_bytes, 400'000u);
   std::cout << fmt::format("pd-en: {} files, {} bytes of training text, {} bytes of validation text in {}\n",
                            r.files.size(), r.train_bytes, r.validation_bytes, out.string());

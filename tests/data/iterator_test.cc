@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/shard.h"
@@ -22,19 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // vocab 100, BOS 1, EOS 2.
 constexpr TokenSpace kSpace{100, 1, 2, -1};
@@ -330,6 +319,18 @@ TEST(Iterator, TextSourceMatchesPreparedShards) {
   EXPECT_EQ(draw(texts, batches), draw(shards, batches));
   o.shuffle = true;
   expect_exact_resume(o);
+  // One pass, in order: the same rows to the end, whether the stream ends inside a row or exactly
+  // at a row's last token, for every row length.
+  o.shuffle = false;
+  o.repeat = false;
+  for (int64_t T = 1; T <= 9; ++T) {
+    DataOptions ot = o, os = token_options(po.out_dir, 2, T);
+    ot.seq = T;
+    os.vocab_size = 265;
+    os.repeat = false;
+    DataIterator t(ot), s(os);
+    EXPECT_EQ(draw(t, 1000), draw(s, 1000)) << "T " << T;
+  }
 }
 
 TEST(Iterator, RefusesDataThatDoesNotFit) {

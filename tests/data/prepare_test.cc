@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/documents.h"
 #include "tessera/data/files.h"
@@ -20,19 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 std::unique_ptr<Tokenizer> tiny_tokenizer() {
   return load_tokenizer("tiktoken",
@@ -86,7 +75,9 @@ TEST(PrepareData, ShardsDecodeBackToTheDocuments) {
       decoded.push_back(tok->decode(ids));
     }
     tokens += static_cast<int64_t>(s.token_count());
-    if (&p != &r.shards.back()) EXPECT_GE(s.token_count(), 12u);
+    if (&p != &r.shards.back()) {
+      EXPECT_GE(s.token_count(), 12u);
+    }
   }
   EXPECT_EQ(decoded, docs);
   EXPECT_EQ(tokens, r.tokens);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
@@ -15,19 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // About 6 KB of sentences from a small vocabulary, deterministic.
 std::string tiny_corpus() {

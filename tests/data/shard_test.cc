@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/crc32c.h"
 
@@ -18,19 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using Docs = std::vector<std::vector<int32_t>>;
 
-class TempDir {
- public:
-  explicit TempDir(std::string_view name)
-      : path_(fs::temp_directory_path() / fmt::format("tessera_{}_{}", name, ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 fs::path write_shard(const fs::path& path, const Docs& docs, TokenSpace space) {
   ShardWriter w(path, space);

@@ -17,6 +17,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/corpus_rdata.h"
+#include "tessera/data/corpus_sword.h"
 #include "tessera/data/files.h"
 
 extern char** environ;
@@ -94,6 +95,15 @@ constexpr std::array<std::string_view, 66> kBooks = {"Genesis",
                                                      "Jude",
                                                      "Revelation"};
 
+// The OSIS ids of the same books, for naming the World English Bible's files.
+constexpr std::array<std::string_view, 66> kOsisIds = {
+    "Gen",   "Exod", "Lev",  "Num",  "Deut", "Josh", "Judg",  "Ruth",   "1Sam",   "2Sam",  "1Kgs",
+    "2Kgs",  "1Chr", "2Chr", "Ezra", "Neh",  "Esth", "Job",   "Ps",     "Prov",   "Eccl",  "Song",
+    "Isa",   "Jer",  "Lam",  "Ezek", "Dan",  "Hos",  "Joel",  "Amos",   "Obad",   "Jonah", "Mic",
+    "Nah",   "Hab",  "Zeph", "Hag",  "Zech", "Mal",  "Matt",  "Mark",   "Luke",   "John",  "Acts",
+    "Rom",   "1Cor", "2Cor", "Gal",  "Eph",  "Phil", "Col",   "1Thess", "2Thess", "1Tim",  "2Tim",
+    "Titus", "Phlm", "Heb",  "Jas",  "1Pet", "2Pet", "1John", "2John",  "3John",  "Jude",  "Rev"};
+
 // The Austen novels in janeaustenr, by variable name; Persuasion is held out for validation.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kAusten = {{
     {"emma", "austen-emma.txt"},
@@ -104,9 +114,17 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kAusten =
     {"persuasion", ""},
 }};
 
+// "Daniel (Greek)" -> "daniel-greek": lower-case letters and digits, words joined by '-'.
 std::string slug(std::string_view name) {
   std::string s;
-  for (char c : name) s += c == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!s.empty() && s.back() != '-') {
+      s += '-';
+    }
+  }
+  while (!s.empty() && s.back() == '-') s.pop_back();
   return s;
 }
 
@@ -212,6 +230,22 @@ class Converter {
     if (book == 0) fail(ErrorKind::kIo, "'{}' printed no verses", bible.string());
   }
 
+  void web() {
+    const auto books = read_sword_ztext(in_ / "usr/share/sword/modules/texts/ztext/engWEB2015eb");
+    for (size_t i = 0; i < books.size(); ++i) {
+      const SwordBook& b = books[i];
+      const auto* canon = std::find(kOsisIds.begin(), kOsisIds.end(), b.osis_id);
+      const std::string name(canon != kOsisIds.end() ? kBooks[static_cast<size_t>(canon - kOsisIds.begin())]
+                                                     : b.name);
+      std::string text = name + "\n";
+      for (const SwordChapter& c : b.chapters) {
+        text += fmt::format("\n{} {}\n\n", b.osis_id == "Ps" ? "Psalm" : "Chapter", c.number);
+        for (const std::string& v : c.verses) (text += v) += '\n';
+      }
+      write(fs::path("train") / fmt::format("web-{:02d}-{}.txt", i + 1, slug(name)), text, "sword-text-web");
+    }
+  }
+
   void austen() {
     const RLazyLoadDb db(in_ / "usr/lib/R/site-library/janeaustenr/data/Rdata");
     for (const auto& [name, file] : kAusten) {
@@ -285,15 +319,23 @@ class Converter {
           std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == f.package; });
       if (it == groups.end()) it = groups.insert(groups.end(), {f.package, {}});
       Group& g = it->second;
-      g.files = g.count == 0                    ? f.path.generic_string()
-                : f.package == "bible-kjv-text" ? "train/kjv-NN-<book>.txt"
-                                                : g.files + ", " + f.path.generic_string();
+      if (g.count == 0)
+        g.files = f.path.generic_string();
+      else if (f.package == "bible-kjv-text")
+        g.files = "train/kjv-NN-<book>.txt";
+      else if (f.package == "sword-text-web")
+        g.files = "train/web-NN-<book>.txt";
+      else
+        g.files += ", " + f.path.generic_string();
       ++g.count;
       g.bytes += f.bytes;
     }
     const std::map<std::string, std::string> what = {
         {"bible-kjv-text",
          "King James Bible (1769 text), one file per book; read with the `bible` program of bible-kjv"},
+        {"sword-text-web",
+         "World English Bible with the Deuterocanon (2015 text), one file per book; footnotes and "
+         "markup removed, wording unchanged"},
         {"r-cran-janeaustenr", "Jane Austen's six novels; Persuasion is the validation split"},
         {"r-cran-tokenizers",
          "Herman Melville, Moby-Dick (Project Gutenberg #2701), without the Gutenberg header and licence"},
@@ -355,6 +397,7 @@ class Converter {
 CorpusReport build_pd_en(const std::string& unpacked_dir, const std::string& out_dir) {
   Converter c(unpacked_dir, out_dir);
   c.kjv();
+  c.web();
   c.austen();
   c.moby_dick();
   c.devils_dictionary();

@@ -2,6 +2,7 @@
 //
 //   package                    text                               output (under out_dir)
 //   bible-kjv-text + bible-kjv King James Bible                   train/kjv-NN-<book>.txt (66 files)
+//   sword-text-web             World English Bible + Deuterocanon train/web-NN-<book>.txt (81 files)
 //   r-cran-janeaustenr         Austen's six novels                train/austen-<novel>.txt (5 files),
 //                                                                 validation/persuasion.txt
 //   r-cran-tokenizers          Melville, Moby-Dick                train/moby-dick.txt
@@ -15,6 +16,7 @@
 //   - KJV: the package's own `bible` program, run from the unpacked tree (`usr/bin/bible -p usr/lib
 //     -f Gen1:1-Rev22:21`), prints one verse a line ("Ge1:1 In the beginning..."); the reference is
 //     dropped, chapters are separated by a blank line and a heading, one file per book;
+//   - WEB: the SWORD zText module (corpus_sword.h), one verse a line, footnotes and markup dropped;
 //   - Austen and Moby-Dick: the R lazy-load databases (corpus_rdata.h); Moby-Dick is cut between
 //     Project Gutenberg's "*** START OF" and "*** END OF" lines, and line ends become \n;
 //   - Devil's Dictionary: the dictd database (gzip), without dictd's own 00-database-* entries;

@@ -117,50 +117,26 @@ class XdrReader {
     if (depth > kMaxDepth) bad("nesting too deep");
     const int32_t flags = i32();
     const int type = flags & 0xFF;
-    const bool has_attr = flags & (1 << 9), has_tag = flags & (1 << 10);
-    const int levels = flags >> 12;
-    RObject o;
     switch (type) {
       case kNilValueSxp:
-        return o;
+        return {};
       case kEmptyEnvSxp:
       case kBaseEnvSxp:
       case kGlobalEnvSxp:
       case kUnboundValueSxp:
       case kMissingArgSxp:
       case kBaseNamespaceSxp:
-        o.type = kROther;
-        return o;
-      case kRefSxp: {
-        int32_t index = flags >> 8;
-        if (index == 0) index = i32();
-        if (index < 1 || static_cast<size_t>(index) > refs_.size()) bad("reference to an unknown object");
-        return refs_[static_cast<size_t>(index) - 1];
-      }
+        return other();
+      case kRefSxp:
+        return reference(flags);
       case kPersistSxp:
       case kPackageSxp:
-      case kNamespaceSxp: {
-        if (i32() != 0) bad("unexpected string vector header");
-        o.type = kROther;
-        const size_t n = static_cast<size_t>(i32());
-        for (size_t i = 0; i < n; ++i) o.items.push_back(item(depth + 1));
-        refs_.push_back(o);
-        return o;
-      }
-      case kRSymbol: {
-        RObject name = item(depth + 1);
-        o.type = kRSymbol;
-        o.strings = std::move(name.strings);
-        refs_.push_back(o);
-        return o;
-      }
-      case kEnvSxp: {
-        i32();  // locked
-        o.type = kROther;
-        refs_.push_back(o);                           // registered first: the environment may refer to itself
-        for (int k = 0; k < 4; ++k) item(depth + 1);  // enclosure, frame, hash table, attributes
-        return o;
-      }
+      case kNamespaceSxp:
+        return named_string_vector(depth);
+      case kRSymbol:
+        return symbol(depth);
+      case kEnvSxp:
+        return environment(depth);
       case kRPairlist:
       case kLangSxp:
       case kClosSxp:
@@ -169,55 +145,88 @@ class XdrReader {
       case kAttrLangSxp:
       case kAttrListSxp:
         return pairlist(flags, depth);
-      case kExtPtrSxp:
-        o.type = kROther;
-        refs_.push_back(o);
-        item(depth + 1);  // protected value
-        item(depth + 1);  // tag
+      case kAltrepSxp:
+        return altrep(depth);
+      case kRChar:
+        return chars(flags >> 12);  // a CHARSXP never carries attributes in a stream
+      default:
         break;
-      case kWeakRefSxp:
-        o.type = kROther;
-        refs_.push_back(o);
-        break;
-      case kSpecialSxp:
-      case kBuiltinSxp:
-        o.type = kROther;
-        bytes(static_cast<size_t>(i32()));
-        break;
-      case kRChar: {
-        const int32_t n = i32();
-        o.type = kRChar;
-        if (n == -1) {
-          o.strings.emplace_back();  // NA
-        } else {
-          std::string_view s = bytes(static_cast<size_t>(n));
-          o.strings.push_back((levels & kLatin1Mask) ? latin1_to_utf8(s) : std::string(s));
-        }
-        return o;  // a CHARSXP never carries attributes in a stream
-      }
+    }
+    RObject o = vector_or_other(type, depth);
+    if (flags & (1 << 9)) set_attributes(o, item(depth + 1));
+    return o;
+  }
+
+  static RObject other() {
+    RObject o;
+    o.type = kROther;
+    return o;
+  }
+  RObject reference(int32_t flags) {
+    int32_t index = flags >> 8;
+    if (index == 0) index = i32();
+    if (index < 1 || static_cast<size_t>(index) > refs_.size()) bad("reference to an unknown object");
+    return refs_[static_cast<size_t>(index) - 1];
+  }
+  // PERSISTSXP, PACKAGESXP, NAMESPACESXP: a string vector naming the object; becomes a reference.
+  RObject named_string_vector(int depth) {
+    if (i32() != 0) bad("unexpected string vector header");
+    RObject o = other();
+    const size_t n = static_cast<size_t>(i32());
+    for (size_t i = 0; i < n; ++i) o.items.push_back(item(depth + 1));
+    refs_.push_back(o);
+    return o;
+  }
+  RObject symbol(int depth) {
+    RObject o;
+    o.type = kRSymbol;
+    o.strings = item(depth + 1).strings;
+    refs_.push_back(o);
+    return o;
+  }
+  RObject environment(int depth) {
+    i32();  // locked
+    RObject o = other();
+    refs_.push_back(o);                           // registered first: the environment may refer to itself
+    for (int k = 0; k < 4; ++k) item(depth + 1);  // enclosure, frame, hash table, attributes
+    return o;
+  }
+  // ALTREP: info (class, package, type), state, attributes. The state holds the data in a form the
+  // class defines; it stands in for the object, so strings inside are still found.
+  RObject altrep(int depth) {
+    item(depth + 1);
+    RObject o = item(depth + 1);
+    set_attributes(o, item(depth + 1));
+    return o;
+  }
+  RObject chars(int levels) {
+    RObject o;
+    o.type = kRChar;
+    const int32_t n = i32();
+    if (n == -1) {
+      o.strings.emplace_back();  // NA
+    } else {
+      std::string_view s = bytes(static_cast<size_t>(n));
+      o.strings.push_back((levels & kLatin1Mask) ? latin1_to_utf8(s) : std::string(s));
+    }
+    return o;
+  }
+
+  // The payload of a vector (or of an object read only to step over it); attributes follow it.
+  RObject vector_or_other(int type, int depth) {
+    RObject o;
+    switch (type) {
       case kRLogical:
-      case kRInteger: {
+      case kRInteger:
         o.type = type;
-        const size_t n = length();
-        o.ints.resize(n);
-        for (size_t i = 0; i < n; ++i) o.ints[i] = i32();
-        break;
-      }
-      case kRReal: {
+        o.ints.resize(length());
+        for (int32_t& v : o.ints) v = i32();
+        return o;
+      case kRReal:
         o.type = kRReal;
-        const size_t n = length();
-        o.reals.resize(n);
-        for (size_t i = 0; i < n; ++i) o.reals[i] = f64();
-        break;
-      }
-      case kCplxSxp:
-        o.type = kROther;
-        bytes(16 * length());
-        break;
-      case kRawSxp:
-        o.type = kROther;
-        bytes(length());
-        break;
+        o.reals.resize(length());
+        for (double& v : o.reals) v = f64();
+        return o;
       case kRString: {
         o.type = kRString;
         const size_t n = length();
@@ -227,34 +236,38 @@ class XdrReader {
           if (c.type != kRChar) bad("a string vector element that is not a string");
           o.strings.push_back(std::move(c.strings[0]));
         }
-        break;
+        return o;
       }
       case kRList:
       case kExprSxp: {
         o.type = kRList;
         const size_t n = length();
         for (size_t i = 0; i < n; ++i) o.items.push_back(item(depth + 1));
-        break;
-      }
-      case kS4Sxp:
-        o.type = kROther;
-        break;
-      case kAltrepSxp: {
-        // info (class, package, type), state, attributes. The state holds the data in a form the
-        // class defines; keep it as the object's one item so that strings inside are still found.
-        item(depth + 1);
-        RObject state = item(depth + 1);
-        RObject attr = item(depth + 1);
-        o = std::move(state);
-        set_attributes(o, attr);
         return o;
       }
+      case kCplxSxp:
+        bytes(16 * length());
+        return other();
+      case kRawSxp:
+        bytes(length());
+        return other();
+      case kSpecialSxp:
+      case kBuiltinSxp:
+        bytes(static_cast<size_t>(i32()));
+        return other();
+      case kExtPtrSxp:
+        refs_.push_back(other());
+        item(depth + 1);  // protected value
+        item(depth + 1);  // tag
+        return other();
+      case kWeakRefSxp:
+        refs_.push_back(other());
+        return other();
+      case kS4Sxp:
+        return other();
       default:
         bad(fmt::format("unsupported object type {}", type));
     }
-    (void)has_tag;
-    if (has_attr) set_attributes(o, item(depth + 1));
-    return o;
   }
 
   // Pairlist-like cells: [attributes] [tag] CAR CDR, with the CDR chain read iteratively.
@@ -264,7 +277,6 @@ class XdrReader {
     RObject first_attr;
     bool first = true;
     for (;;) {
-      const int type = flags & 0xFF;
       const bool has_attr = flags & (1 << 9), has_tag = flags & (1 << 10);
       RObject attr = has_attr ? item(depth + 1) : RObject{};
       if (first) first_attr = std::move(attr);
@@ -273,7 +285,6 @@ class XdrReader {
         RObject t = item(depth + 1);
         if (!t.strings.empty()) tag = t.strings[0];
       }
-      (void)type;
       o.tags.push_back(std::move(tag));
       o.items.push_back(item(depth + 1));
       first = false;

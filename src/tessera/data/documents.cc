@@ -65,12 +65,13 @@ DocumentReader::DocumentReader(std::vector<fs::path> files) : files_(std::move(f
 
 const fs::path& DocumentReader::current_file() const {
   static const fs::path none;
-  return file_ < files_.size() ? files_[file_] : none;
+  return last_file_ < files_.size() ? files_[last_file_] : none;
 }
 
 bool DocumentReader::next(std::string& text) {
   while (file_ < files_.size()) {
     const fs::path& p = files_[file_];
+    last_file_ = file_;
     if (!is_jsonl(p)) {
       text = read_file(p);
       bytes_done_ += text.size();

@@ -32,12 +32,14 @@ class DocumentReader {
 
   uint64_t bytes_read() const { return bytes_done_ + line_bytes_; }  // of the files, so far
   uint64_t bytes_total() const { return bytes_total_; }
+  // The file the last document came from.
   const std::filesystem::path& current_file() const;
 
  private:
   bool open_next_file();
   std::vector<std::filesystem::path> files_;
   size_t file_ = 0;
+  size_t last_file_ = 0;
   std::ifstream jsonl_;  // the open .jsonl file, read line by line
   uint64_t line_ = 0;
   uint64_t bytes_done_ = 0, line_bytes_ = 0, bytes_total_ = 0;

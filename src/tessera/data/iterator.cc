@@ -391,6 +391,13 @@ class DocStreamSource final : public DataIterator::Source {
       next.offset = 0;
       ++next.doc;
     }
+    if (o_.packing && !o_.repeat && n == tokens.size()) {
+      // A one-pass stream whose last token is this row's last: no row follows (it would hold that
+      // token alone, with no target), as with the windows of token shards.
+      Cursor after = next;
+      after.offset += 1;
+      if (!seek(after)) next = end_cursor();
+    }
     pos_ = next;
     return n;
   }

@@ -29,7 +29,8 @@
 // instead: each epoch permutes the documents, reader r takes documents j = k*num_shards + r, and rows
 // are cut from its own stream. With enable_data_shuffling=false the permutation is the identity.
 // Every epoch uses a fresh permutation; a training iterator runs forever (repeat), an eval iterator
-// makes one pass, pads its last batch and then reports the end.
+// makes one pass, pads its last batch and then reports the end (synthetic data has no end: an eval
+// loop over it must stop after eval_steps batches).
 //
 // State: a few integers (epoch, row or document cursor) plus a signature of the dataset and options;
 // restoring it into a fresh iterator over the same data gives exactly the batches the original
