@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# The README's main command. Until real data lands, Tessera's main job is:
-#   1. the op benchmarks' summary (GEMM against oneDNN called directly; attention forward and
-#      backward; norms, activations and losses against the memory bandwidth measured in the same
-#      run), each in its short --quick form;
-#   2. a short training run of a small Llama on synthetic tokens, logging MaxText-style lines.
+# The README's main command: set up, build the pd-en corpus from Debian packages, train a
+# SentencePiece tokenizer on it, tokenize it into shards, train the pd-en-small Llama for a few
+# minutes on all cores with a validation loss every 100 steps, and print a sample from the model.
+# Each preparation step is skipped when its output exists; the training run starts fresh.
+#
+#   scripts/main.sh [STEPS]     (default 300 steps of 8 x 256 tokens)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+STEPS=${1:-300}
 scripts/setup.sh
-for b in gemm_bench attention_bench pointwise_bench loss_bench; do
-  echo "=== $b --quick"
-  "$BUILD_DIR/$b" --quick
+T="$BUILD_DIR/tessera"
+
+[ -f data/pd-en/validation/persuasion.txt ] || scripts/prepare_corpus.sh data/pd-en
+common=(configs/base.yml model_name=pd-en-small tokenizer_type=sentencepiece
+        tokenizer_path=data/pd-en-bpe8k.model)
+[ -f data/pd-en-bpe8k.model ] ||
+  "$T" train-tokenizer "${common[@]}" dataset_type=text dataset_path=data/pd-en/train tokenizer_model_type=bpe
+for split in train validation; do
+  [ -f "data/pd-en-tokens/$split/manifest.json" ] ||
+    "$T" prepare-data "${common[@]}" dataset_type=text dataset_path="data/pd-en/$split" \
+      data_output_path="data/pd-en-tokens/$split"
 done
-echo "=== tessera train (llama-test, synthetic tokens)"
-"$BUILD_DIR/tessera" train configs/base.yml run_name=main_demo model_name=llama-test steps=30 \
-  per_device_batch_size=4 max_target_length=128 log_period=5 dtype=float32 learning_rate=3e-3 \
-  enable_checkpointing=false
+
+rm -rf runs/pd-en-small
+"$T" train "${common[@]}" run_name=pd-en-small dataset_type=tokens dataset_path=data/pd-en-tokens/train \
+  eval_dataset_path=data/pd-en-tokens/validation eval_interval=100 eval_steps=20 \
+  steps="$STEPS" per_device_batch_size=8 max_target_length=256 log_period=20 learning_rate=3e-3 \
+  warmup_steps_fraction=0.05 dtype=float32 remat_policy=none enable_checkpointing=false \
+  prompt="And it came to pass" decode_sampling_strategy=weighted decode_sampling_temperature=0.7
