@@ -65,7 +65,7 @@ def main():
         peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
         print(json.dumps({"impl": "pytorch " + torch.__version__, "dtype": prec, "step_seconds": t,
                           "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
-                          "mfu": flops / t / peak, "loss": float(loss)}), flush=True)
+                          "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
         del model, opt
 
 

@@ -17,7 +17,7 @@
 #include <random>
 #include <sstream>
 
-#include "tessera/train/crc32c.h"
+#include "tessera/core/crc32c.h"
 #include "tessera/train/metrics_writer.h"
 #include "tessera/train/trainer.h"
 
@@ -42,13 +42,13 @@ std::string read_file(const fs::path& p) {
 
 TEST(Crc32c, CheckValues) {
   // RFC 3720 B.4 and the CRC catalogue's check value ("123456789").
-  EXPECT_EQ(train::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   std::vector<uint8_t> zeros(32, 0), ones(32, 0xff), inc(32);
   for (int i = 0; i < 32; ++i) inc[i] = static_cast<uint8_t>(i);
-  EXPECT_EQ(train::crc32c(zeros.data(), 32), 0x8A9136AAu);
-  EXPECT_EQ(train::crc32c(ones.data(), 32), 0x62A8AB43u);
-  EXPECT_EQ(train::crc32c(inc.data(), 32), 0x46DD794Eu);
-  EXPECT_EQ(train::crc32c(nullptr, 0), 0u);
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(inc.data(), 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(nullptr, 0), 0u);
 }
 
 TEST(Crc32c, MatchesTheTableAtEveryAlignmentAndChains) {
@@ -58,9 +58,9 @@ TEST(Crc32c, MatchesTheTableAtEveryAlignmentAndChains) {
   for (size_t offset : {0, 1, 3, 7})
     for (size_t n : {1, 7, 8, 9, 67, 4099}) {
       const uint8_t* p = buf.data() + offset;
-      EXPECT_EQ(train::crc32c(p, n), train::crc32c_ref(p, n)) << offset << " " << n;
+      EXPECT_EQ(crc32c(p, n), crc32c_ref(p, n)) << offset << " " << n;
       const size_t cut = n / 3;
-      EXPECT_EQ(train::crc32c(p + cut, n - cut, train::crc32c(p, cut)), train::crc32c_ref(p, n)) << n;
+      EXPECT_EQ(crc32c(p + cut, n - cut, crc32c(p, cut)), crc32c_ref(p, n)) << n;
     }
 }
 
@@ -101,10 +101,10 @@ std::vector<std::string> records(const std::string& file) {
     uint32_t len_crc, data_crc;
     std::memcpy(&len, file.data() + pos, 8);
     std::memcpy(&len_crc, file.data() + pos + 8, 4);
-    EXPECT_EQ(len_crc, train::masked_crc32c(train::crc32c_ref(file.data() + pos, 8)));
+    EXPECT_EQ(len_crc, masked_crc32c(crc32c_ref(file.data() + pos, 8)));
     std::string data = file.substr(pos + 12, len);
     std::memcpy(&data_crc, file.data() + pos + 12 + len, 4);
-    EXPECT_EQ(data_crc, train::masked_crc32c(train::crc32c_ref(data.data(), data.size())));
+    EXPECT_EQ(data_crc, masked_crc32c(crc32c_ref(data.data(), data.size())));
     out.push_back(data);
     pos += 12 + len + 4;
   }

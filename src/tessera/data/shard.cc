@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
-#include "tessera/data/crc32c.h"
+#include "tessera/core/crc32c.h"
 
 namespace tessera::data {
 namespace {

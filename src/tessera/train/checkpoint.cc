@@ -13,7 +13,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/models/init.h"
-#include "tessera/train/crc32c.h"
+#include "tessera/core/crc32c.h"
 
 namespace tessera::train {
 

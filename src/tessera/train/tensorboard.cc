@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
-#include "tessera/train/crc32c.h"
+#include "tessera/core/crc32c.h"
 
 namespace tessera::train {
 

@@ -1,4 +1,4 @@
-#include "tessera/train/crc32c.h"
+#include "tessera/core/crc32c.h"
 
 #include <fcntl.h>
 #include <nmmintrin.h>
@@ -11,7 +11,7 @@
 
 #include "tessera/core/error.h"
 
-namespace tessera::train {
+namespace tessera {
 
 namespace {
 
@@ -89,4 +89,4 @@ uint32_t crc32c_file(const std::string& path, uint64_t* bytes) {
   return crc;
 }
 
-}  // namespace tessera::train
+}  // namespace tessera
