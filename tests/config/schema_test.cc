@@ -75,7 +75,7 @@ TEST(Schema, DefaultsAreMaxTextsWhereTheMeaningIsTheSame) {
   EXPECT_EQ(c.dtype, "bfloat16");
   EXPECT_EQ(c.weight_dtype, "float32");
   EXPECT_EQ(c.remat_policy, "full");
-  EXPECT_TRUE(c.scan_layers);
+  EXPECT_FALSE(c.scan_layers);  // MaxText: true; Tessera builds unstacked layers only
   EXPECT_EQ(c.per_device_batch_size, 12.0);
   EXPECT_EQ(c.max_target_length, 2048);
   EXPECT_EQ(c.steps, 150001);

@@ -165,9 +165,10 @@ void add_memory_and_training_keys(std::vector<FieldSpec>& t) {
            {"custom"},
            "Which activations the backward pass recomputes (MaxText's names): full recomputes each "
            "layer from its input, none keeps everything, the others keep the named projections.");
-  m.boolean("scan_layers", &Config::scan_layers, "true",
+  m.boolean("scan_layers", &Config::scan_layers, "false",
             "Stacked layer parameters (one tensor per weight kind over all layers), as MaxText's "
-            "scanned checkpoints; false keeps one set per layer.");
+            "scanned checkpoints; false keeps one set per layer, which is what Tessera builds: true is "
+            "refused by `tessera train` until stacked layers exist (MaxText's default is true).");
 
   Group g(t, "training");
   g.integer("steps", &Config::steps, "150001", at_least(1), "Optimizer steps to train for.");

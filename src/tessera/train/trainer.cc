@@ -30,6 +30,11 @@ void reject_unbuilt_options(const Config& cfg) {
              cfg.eval_per_device_batch_size != cfg.per_device_batch_size,
          "eval_per_device_batch_size other than per_device_batch_size (eval runs the training plan's shapes)");
   refuse(cfg.hardware != "cpu", "hardware other than cpu (the CUDA backend)");
+  refuse(cfg.scan_layers, "scan_layers=true (stacked layer parameters)");
+  refuse(cfg.adam_eps_root != 0, "adam_eps_root other than 0");
+  refuse(cfg.attention_type != "global" && cfg.attention_type != "local_sliding",
+         "attention_type other than global and local_sliding");
+  refuse(cfg.rope_type != "default" && cfg.rope_type != "llama3.1", "rope_type other than default and llama3.1");
   if (cfg.run_name.empty() && (cfg.enable_checkpointing || cfg.enable_tensorboard))
     fail(ErrorKind::kConfig,
          "enable_checkpointing and enable_tensorboard write under {}/<run_name>/: set run_name "
@@ -90,7 +95,11 @@ models::ModelSpec model_spec_from_config(const Config& cfg) {
   s.logits_via_embedding = cfg.logits_via_embedding;
   s.rope_theta = static_cast<double>(cfg.rope_max_timescale);
   s.rope_type = cfg.rope_type;
-  s.sliding_window = cfg.sliding_window_size;
+  // MaxText's meaning: the window applies to attention_type=local_sliding layers only.
+  if (cfg.attention_type != "local_sliding" && cfg.sliding_window_size > 0)
+    fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
+         cfg.sliding_window_size, cfg.attention_type);
+  s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
   if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
     fail(ErrorKind::kConfig, "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
          fmt::join(cfg.mlp_activations, ", "));
