@@ -133,8 +133,12 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
   ops::RopeConfig rc{.max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
   if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
   exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc));
+  // A run that will load its parameters (its own checkpoint, or a load path) skips the init: the
+  // load overwrites every parameter, and a failed load stops the run.
+  const bool will_load = (cfg.enable_checkpointing && !list_checkpoints(checkpoint_root(cfg)).empty()) ||
+                         !cfg.load_parameters_path.empty() || !cfg.load_full_state_path.empty();
   const auto t_init = Clock::now();
-  models::init_params(*plan_, static_cast<uint64_t>(cfg.init_weights_seed));
+  if (!will_load) models::init_params(*plan_, static_cast<uint64_t>(cfg.init_weights_seed));
   const double init_seconds = since(t_init);
 
   schedule_.type = cfg.lr_schedule_type;
