@@ -131,10 +131,12 @@ void check_f32(Problem& p) {
 }
 
 TEST(AttentionExp, RelativeErrorWithinStatedBound) {
-  // Cephes-style exp: stated maximum relative error 1.2e-7 on [-87.33, 88]; check 2e-7.
+  // The shared Cephes-style exp (simd_vec.h): stated maximum relative error 8.4e-8 on
+  // [-87.3, 88.3], below which it flushes to 0 (exp(-87.3) = 1.3e-38, nothing a softmax keeps);
+  // check 2e-7 on [-87.3, 88].
   const int64_t n = 1 << 18;
   std::vector<float> x(n), y(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(-87.33 + (88.0 + 87.33) * i / (n - 1));
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(-87.3 + (88.0 + 87.3) * i / (n - 1));
   for_each_isa([&] {
     cpu::attention_kernels().exp_f32(x.data(), y.data(), n);
     double worst = 0;
