@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/process_util.h"
 #include "config_test_util.h"
 
 namespace tessera {
@@ -15,16 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path tessera_binary() {
-  if (const char* env = std::getenv("TESSERA_BINARY"); env && *env) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path() / "tessera";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using testing::tessera_binary;
+using testing::shell_quote;
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p);

@@ -21,6 +21,7 @@ namespace {
 
 using ops::Activation;
 using testing::OwnedTensor;
+using testing::within;
 
 constexpr double kU = 1.0 / (1 << 24);     // f32 unit roundoff 2^-24
 constexpr double kUBf16 = 1.0 / (1 << 8);  // bf16 unit roundoff (8 significant bits)
@@ -179,24 +180,6 @@ double grad_terms(Activation a, double x) {
       return 0.5 * std::erfc(-x / std::sqrt(2.0)) + std::abs(x) * std::exp(-0.5 * x * x) / std::sqrt(2 * pi);
   }
   return 0;
-}
-
-// |got - want| <= tol[i] for every i; reports the worst excess.
-::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& want,
-                                  const std::vector<double>& tol) {
-  size_t worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double ratio = std::abs(got[i] - want[i]) / tol[i];
-    if (!(ratio <= worst_ratio)) {
-      worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
-      worst = i;
-    }
-  }
-  if (worst_ratio <= 1) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "element " << worst << ": got " << got[worst] << ", want " << want[worst] << ", tolerance "
-         << tol[worst] << " (exceeded " << worst_ratio << "x)";
 }
 
 constexpr double kFloor = 1e-37;  // tolerance floor for results that underflow

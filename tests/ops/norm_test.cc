@@ -16,6 +16,7 @@ namespace tessera {
 namespace {
 
 using testing::OwnedTensor;
+using testing::within;
 
 constexpr double kU = 1.0 / (1 << 24);     // f32 unit roundoff
 constexpr double kUBf16 = 1.0 / (1 << 8);  // bf16 unit roundoff (8 significant bits)
@@ -29,24 +30,6 @@ const std::pair<int64_t, int64_t> kSizes[] = {{1, 1}, {7, 3}, {1, 768}, {67, 130
 // the sum of the magnitudes of its terms; the kernels' few further roundings add 8 more.
 double f32_growth(int64_t c) {
   return kU * (static_cast<double>(c) / 8 + 12);
-}
-
-// |got - want| <= tol[i] everywhere; names the worst element.
-::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& want,
-                                  const std::vector<double>& tol) {
-  size_t worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double ratio = std::abs(got[i] - want[i]) / tol[i];
-    if (!(ratio <= worst_ratio)) {
-      worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
-      worst = i;
-    }
-  }
-  if (worst_ratio <= 1) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "element " << worst << ": got " << got[worst] << ", want " << want[worst] << ", tolerance "
-         << tol[worst] << " (exceeded " << worst_ratio << "x)";
 }
 
 std::vector<double> f32_values(const Tensor& t) {

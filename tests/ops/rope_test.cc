@@ -22,6 +22,7 @@ using ops::RopeLayout;
 using ops::RopeScaling;
 using ops::RopeTable;
 using testing::OwnedTensor;
+using testing::within;
 
 constexpr double kU = 1.0 / (1 << 24);     // f32 unit roundoff
 constexpr double kUBf16 = 1.0 / (1 << 8);  // bf16 unit roundoff (8 significant bits)
@@ -116,16 +117,6 @@ std::vector<double> rope_tol(const std::vector<double>& x, const std::vector<dou
     }
   }
   return tol;
-}
-
-::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& want,
-                                  const std::vector<double>& tol) {
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(got[i] - want[i]) <= tol[i]))
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << got[i] << ", want " << want[i] << ", tolerance " << tol[i];
-  }
-  return ::testing::AssertionSuccess();
 }
 
 TEST(Rope, ForwardAndBackwardMatchReference) {

@@ -76,6 +76,28 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
                                        << want[worst] << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
+// |got[i] - want[i]| <= tol[i] for every i (a per-element tolerance); reports the element that
+// exceeds its tolerance by the largest factor. NaN fails.
+inline ::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& want,
+                                         const std::vector<double>& tol) {
+  if (got.size() != want.size() || got.size() != tol.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << ", " << want.size() << ", " << tol.size();
+  size_t worst = got.size();
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (err <= tol[i]) continue;
+    const double ratio = std::isnan(err) || tol[i] == 0 ? INFINITY : err / tol[i];
+    if (worst == got.size() || ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  if (worst == got.size()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "element " << worst << ": got " << got[worst] << ", want " << want[worst]
+                                       << ", tolerance " << tol[worst] << " (exceeded " << worst_ratio << "x)";
+}
+
 // Runs `body` once per ISA this CPU supports, with that ISA active; restores the best one after.
 template <typename F>
 void for_each_isa(F&& body) {

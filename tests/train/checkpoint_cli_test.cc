@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "testing/process_util.h"
 #include "tessera/train/checkpoint.h"
 
 namespace tessera {
@@ -24,11 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path tessera_binary() {
-  if (const char* env = std::getenv("TESSERA_BINARY"); env && *env) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path() / "tessera";
-}
-
+using testing::tessera_binary;
 // A running `tessera` whose stdout and stderr come through one pipe.
 struct Child {
   pid_t pid = -1;
