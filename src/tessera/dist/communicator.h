@@ -1,0 +1,75 @@
+// Collectives between the processes of a job: the interface the training engine calls, with an
+// MPI implementation (mpi_communicator.h, CPU) and a one-process implementation for single-device
+// runs and tests. NCCL joins with the CUDA backend.
+//
+// A Communicator is a group of ranks (the world, or one mesh axis's group: split()). Every call is
+// collective over the group: all its ranks make the same calls in the same order with the same
+// counts. Buffers are raw, typed by DType; reductions are defined for f32 and f64. Failures (a
+// peer that died, an MPI error) throw Error(kRuntime) naming the collective; they never hang
+// silently where the library can tell.
+//
+// Non-blocking forms return a Request; the caller overlaps compute and calls wait() before it
+// touches the buffers. progress() lets the library advance requests in flight (MPI libraries
+// without a progress thread move data only inside MPI calls): the executor calls it between ops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::dist {
+
+enum class ReduceOp { kSum, kMax };
+
+// Bytes this rank sent into each kind of collective since the last reset (the logs' figures).
+struct TrafficCounters {
+  uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0;
+  uint64_t total() const { return all_reduce + all_gather + reduce_scatter + broadcast; }
+};
+
+class Communicator {
+ public:
+  class Request {
+   public:
+    virtual ~Request() = default;
+    virtual void wait() = 0;  // completes the operation; idempotent
+  };
+
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: every rank ends with the element-wise reduction of all ranks' `data`.
+  virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOp::kSum) = 0;
+  // `send` holds `count` elements; `recv` (size() * count) ends with rank r's part at r * count.
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // `send` holds size() * count elements; `recv` (count) ends with the sum over ranks of their
+  // part rank() * count ... (rank() + 1) * count.
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+
+  virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
+                                                        DType dtype) = 0;
+  virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum
+  virtual void progress() {}
+
+  // The sub-group of the ranks that pass the same `color`, ordered by `key` (MPI_Comm_split).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  const TrafficCounters& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = {}; }
+
+ protected:
+  TrafficCounters traffic_;
+};
+
+// A group of one: collectives copy or do nothing.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+}  // namespace tessera::dist
