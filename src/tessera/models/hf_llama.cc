@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "tessera/core/error.h"
@@ -29,12 +30,65 @@ std::vector<HfName> llama_hf_names(const ModelSpec& s) {
 }
 
 namespace {
+
 float element(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i]) : t.ptr<float>()[i];
 }
+
+void store(const Tensor& t, int64_t i, float v) {
+  if (t.dtype() == DType::kBF16)
+    t.ptr<uint16_t>()[i] = f32_to_bf16(v);
+  else
+    t.ptr<float>()[i] = v;
+}
+
+// dst[c, r] = src[r, c] for src [rows, cols], converting element types on the way. Tiles of
+// kTile x kTile keep both the strided reads and the writes within a few pages of cache.
+void transpose_convert(const Tensor& src, const Tensor& dst, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
+  for (int64_t rt = 0; rt < row_tiles; ++rt)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = rt * kTile; r < std::min(rows, (rt + 1) * kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+          store(dst, c * rows + r, element(src, r * cols + c));
+}
+
+void copy_convert(const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.numel();
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) store(dst, i, element(src, i));
+}
+
 }  // namespace
 
-void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file, const std::string& prefix) {
+void hf_to_tessera_tensor(const Tensor& src, bool transpose, const Tensor& dst, const std::string& file,
+                          const std::string& name) {
+  TESSERA_ASSERT(dst.dtype() == DType::kF32 && dst.is_contiguous() && (!transpose || dst.rank() == 2));
+  if (src.dtype() != DType::kF32 && src.dtype() != DType::kBF16)
+    fail(ErrorKind::kConfig, "{}: tensor '{}' is {}; Tessera reads float32 or bfloat16", file, name,
+         dtype_name(src.dtype()));
+  const Shape want = transpose ? Shape{dst.dim(1), dst.dim(0)} : dst.shape();
+  if (!(src.shape() == want))
+    fail(ErrorKind::kConfig, "{}: tensor '{}' has shape {}, but the model needs {}", file, name,
+         src.shape().str(), want.str());
+  if (transpose)
+    transpose_convert(src, dst, src.dim(0), src.dim(1));  // src [out, in] -> dst [in, out]
+  else
+    copy_convert(src, dst);
+}
+
+void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst) {
+  TESSERA_ASSERT(src.dtype() == DType::kF32 && dst.numel() == src.numel() && (!transpose || src.rank() == 2));
+  if (transpose)
+    transpose_convert(src, dst, src.dim(0), src.dim(1));  // src [in, out] -> dst [out, in]
+  else
+    copy_convert(src, dst);
+}
+
+void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file,
+                   const std::string& prefix) {
   std::map<std::string, graph::ValueId> by_name;
   const auto& values = plan.graph().values();
   for (size_t i = 0; i < values.size(); ++i)
@@ -42,25 +96,8 @@ void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFi
   for (const HfName& m : llama_hf_names(spec)) {
     auto it = by_name.find(m.tessera);
     TESSERA_ASSERT(it != by_name.end());
-    const Tensor& dst = plan.view(it->second);
-    Tensor src = file.get(prefix + m.hf);
-    if (src.dtype() != DType::kF32 && src.dtype() != DType::kBF16)
-      fail(ErrorKind::kIo, "{}: tensor '{}' is {}; expected float32 or bfloat16", file.path(), prefix + m.hf,
-           dtype_name(src.dtype()));
-    Shape want = dst.shape();
-    if (m.transpose) want = Shape{dst.dim(1), dst.dim(0)};
-    if (!(src.shape() == want))
-      fail(ErrorKind::kIo, "{}: tensor '{}' has shape {}, but the model needs {}", file.path(), prefix + m.hf,
-           src.shape().str(), want.str());
-    float* d = dst.ptr<float>();
-    if (m.transpose) {
-      const int64_t rows = dst.dim(0), cols = dst.dim(1);  // dst [in, out] = src [out, in]ᵀ
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = element(src, c * rows + r);
-    } else {
-      for (int64_t i = 0; i < dst.numel(); ++i) d[i] = element(src, i);
-    }
+    hf_to_tessera_tensor(file.get(prefix + m.hf), m.transpose, plan.view(it->second), file.path(),
+                         prefix + m.hf);
   }
   sync_compute_copies(plan);
 }

@@ -14,16 +14,25 @@
 namespace tessera::models {
 
 struct HfName {
-  std::string tessera;   // e.g. decoder.layers_0.self_attention.query.kernel
-  std::string hf;        // e.g. model.layers.0.self_attn.q_proj.weight
-  bool transpose;        // true for Linear weights
+  std::string tessera;  // e.g. decoder.layers_0.self_attention.query.kernel
+  std::string hf;       // e.g. model.layers.0.self_attn.q_proj.weight
+  bool transpose;       // true for Linear weights
 };
 
 std::vector<HfName> llama_hf_names(const ModelSpec& spec);
 
+// dst (f32, Tessera's layout) = src (float32 or bfloat16, Hugging Face's layout), transposing a
+// Linear weight [out, in] into a kernel [in, out] when `transpose`; bfloat16 widens exactly. Throws
+// kConfig naming `file` and `name` when src's dtype or shape does not fit dst.
+void hf_to_tessera_tensor(const Tensor& src, bool transpose, const Tensor& dst, const std::string& file,
+                          const std::string& name);
+// dst (float32 or bfloat16, Hugging Face's layout) = src (f32, Tessera's layout), the inverse of the
+// above; bfloat16 rounds to nearest even. Shapes must fit (an internal invariant).
+void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst);
+
 // Copies every parameter from `file` (names prefixed by `prefix`, f32 or bf16) into the plan's
 // f32 masters, transposing Linear weights, then refreshes the compute copies. Throws kIo naming
-// the file and tensor when one is missing or its shape does not fit.
+// the file and tensor when one is missing, kConfig when its dtype or shape does not fit.
 void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file,
                    const std::string& prefix = "");
 
