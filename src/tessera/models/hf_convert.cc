@@ -1,0 +1,480 @@
+#include "tessera/models/hf_convert.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "tessera/core/crc32c.h"
+#include "tessera/core/error.h"
+#include "tessera/data/files.h"
+#include "tessera/graph/graph.h"
+#include "tessera/models/hf_llama.h"
+#include "tessera/models/llama.h"
+#include "tessera/train/checkpoint.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::models {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kHfConfig = "config.json";
+constexpr const char* kHfSingle = "model.safetensors";
+constexpr const char* kHfIndex = "model.safetensors.index.json";
+constexpr const char* kModelYaml = "model.yml";
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open to fsync: {}", p.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(ErrorKind::kIo, "{}: fsync failed: {}", p.string(), std::strerror(err));
+}
+
+// The output folder, written as OUT_DIR.tmp/ and renamed into place by commit(); removed when
+// destroyed uncommitted (an error on the way), so OUT_DIR is complete or absent.
+class StagedFolder {
+ public:
+  explicit StagedFolder(const fs::path& out_dir) {
+    final_ = out_dir.lexically_normal();
+    if (!final_.has_filename()) final_ = final_.parent_path();  // "out/" -> "out"
+    if (final_.empty()) fail(ErrorKind::kConfig, "the output folder is empty");
+    tmp_ = final_.string() + ".tmp";
+    std::error_code ec;
+    if (fs::exists(final_, ec) && !(fs::is_directory(final_, ec) && fs::is_empty(final_, ec)))
+      fail(ErrorKind::kConfig,
+           "{}: exists and is not an empty folder; convert into a new folder (nothing is overwritten)",
+           final_.string());
+    fs::remove_all(tmp_, ec);
+    fs::create_directories(tmp_, ec);
+    if (ec) fail(ErrorKind::kIo, "{}: cannot create: {}", tmp_.string(), ec.message());
+  }
+  ~StagedFolder() {
+    std::error_code ec;
+    if (!committed_) fs::remove_all(tmp_, ec);
+  }
+  StagedFolder(const StagedFolder&) = delete;
+  StagedFolder& operator=(const StagedFolder&) = delete;
+
+  const fs::path& path() const { return tmp_; }
+
+  void commit() {
+    fsync_path(tmp_);
+    std::error_code ec;
+    if (fs::exists(final_, ec)) fs::remove(final_, ec);  // an empty folder (checked above)
+    fs::rename(tmp_, final_, ec);
+    if (ec) fail(ErrorKind::kIo, "cannot rename {} to {}: {}", tmp_.string(), final_.string(), ec.message());
+    fsync_path(final_.has_parent_path() ? final_.parent_path() : fs::path("."));
+    committed_ = true;
+  }
+
+ private:
+  fs::path final_, tmp_;
+  bool committed_ = false;
+};
+
+// The spec of `cfg`'s model, with the smallest batch: conversion needs only parameter shapes.
+ModelSpec spec_of(const Config& cfg) {
+  Config c = cfg;
+  c.per_device_batch_size = 1;
+  c.max_target_length = 1;
+  return train::model_spec_from_config(c);
+}
+
+// Tessera's parameters of `spec` (name -> shape), as the model builder declares them.
+std::map<std::string, Shape> model_params(const ModelSpec& spec) {
+  graph::Graph g;
+  build_llama(g, spec);
+  std::map<std::string, Shape> out;
+  for (const graph::Value& v : g.values())
+    if (v.kind == graph::ValueKind::kParam) out.emplace(v.name, v.shape);
+  TESSERA_ASSERT(out.size() == llama_hf_names(spec).size());
+  return out;
+}
+
+std::string describe(const HfLlamaConfig& c) {
+  return fmt::format("model_type {}, {} layers, hidden {}, {} / {} heads of {}, mlp {}, vocab {}{}",
+                     c.model_type, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                     c.num_key_value_heads, c.head_dim, c.intermediate_size, c.vocab_size,
+                     c.tie_word_embeddings ? ", tied embeddings" : "");
+}
+
+void check_dtype_name(const std::string& dtype, const char* what) {
+  if (dtype != "float32" && dtype != "bfloat16")
+    fail(ErrorKind::kConfig, "{} '{}': Tessera converts to float32 or bfloat16", what, dtype);
+}
+
+// model.yml's compute dtype: the option, else config.json's dtype when Tessera computes in it.
+std::string compute_dtype(const std::string& option, const json& config, std::vector<std::string>& notes) {
+  if (!option.empty()) {
+    check_dtype_name(option, "--dtype");
+    return option;
+  }
+  const char* key = config.contains("dtype") && config["dtype"].is_string() ? "dtype" : "torch_dtype";
+  const std::string hf =
+      config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
+  if (hf == "float32" || hf == "bfloat16") return hf;
+  notes.push_back(
+      fmt::format("config.json's {} is {}; model.yml computes in bfloat16 (set --dtype to choose)", key,
+                  hf.empty() ? "absent" : hf));
+  return "bfloat16";
+}
+
+std::string crc_hex(uint32_t crc) {
+  return fmt::format("{:08x}", crc);
+}
+
+json checkpoint_manifest(const Config& cfg, const HfCheckpoint& hf, const fs::path& staged, int64_t params,
+                         int64_t tensors) {
+  json m;
+  m["format"] = "tessera-checkpoint";
+  m["format_version"] = train::kCheckpointFormatVersion;
+  m["step"] = 0;
+  m["saved_unix_time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m["model"] = {{"decoder_block", cfg.decoder_block},
+                {"num_params", params},
+                {"num_param_tensors", tensors},
+                {"weight_dtype", cfg.weight_dtype},
+                {"dtype", cfg.dtype}};
+  m["optimizer"] = "none";
+  m["data_iterator"] = nullptr;
+  m["rng"] = nullptr;
+  m["config_yaml"] = config_to_yaml(cfg);
+  m["source"] = {
+      {"format", "huggingface"}, {"path", fs::absolute(hf.dir()).string()}, {"config", hf.config()}};
+  uint64_t bytes = 0;
+  const uint32_t crc = crc32c_file((staged / train::kParamsFile).string(), &bytes);
+  m["files"] = {{train::kParamsFile, {{"bytes", bytes}, {"crc32c", crc_hex(crc)}}}};
+  return m;
+}
+
+// HF tensors that are not parameters of the model: skipped with the reason when known redundant,
+// an error otherwise.
+void check_extras(const HfCheckpoint& hf, const HfLlamaConfig& model, const std::set<std::string>& used,
+                  std::vector<std::string>& skipped) {
+  for (const std::string& name : hf.names()) {
+    if (used.count(name)) continue;
+    if (name.ends_with(".rotary_emb.inv_freq")) {
+      skipped.push_back(name + " (RoPE frequencies, which Tessera computes)");
+      continue;
+    }
+    if (name == "lm_head.weight" && model.tie_word_embeddings) {
+      const Tensor head = hf.get(name), emb = hf.get("model.embed_tokens.weight");
+      if (head.dtype() != emb.dtype() || !(head.shape() == emb.shape()) ||
+          std::memcmp(head.data(), emb.data(), head.nbytes()) != 0)
+        fail(ErrorKind::kConfig,
+             "{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but config.json says "
+             "tie_word_embeddings: true (one output projection, the embedding)",
+             hf.file_of(name));
+      skipped.push_back(name + " (equal to model.embed_tokens.weight: tie_word_embeddings)");
+      continue;
+    }
+    fail(ErrorKind::kConfig,
+         "{}: tensor '{}' is not a parameter of the model config.json describes ({}); Tessera stops rather "
+         "than "
+         "drop weights it does not know",
+         hf.file_of(name), name, describe(model));
+  }
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},
+                                                         {"B", 1},
+                                                         {"KB", 1000},
+                                                         {"MB", 1000'000},
+                                                         {"GB", 1000'000'000},
+                                                         {"KIB", 1ull << 10},
+                                                         {"MIB", 1ull << 20},
+                                                         {"GIB", 1ull << 30}};
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto it = kUnits.find(unit);
+  if (digits == 0 || digits > 15 || it == kUnits.end() || std::stoull(text.substr(0, digits)) == 0)
+    fail(ErrorKind::kConfig,
+         "--max-shard-size '{}': expected a positive size such as 5GB, 500MB, 2GiB or a number of bytes",
+         text);
+  return std::stoull(text.substr(0, digits)) * it->second;
+}
+
+HfCheckpoint::HfCheckpoint(const fs::path& dir) : dir_(dir) {
+  if (!fs::is_directory(dir))
+    fail(ErrorKind::kIo, "{}: no such folder (a Hugging Face model folder)", dir.string());
+  config_ = read_json_file((dir / kHfConfig).string());
+  auto open = [&](const std::string& name) -> const SafetensorsFile* {
+    files_.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
+    return files_.back().get();
+  };
+  const fs::path index_path = dir / kHfIndex;
+  if (fs::exists(index_path)) {
+    weights_path_ = index_path.string();
+    const json index = read_json_file(index_path.string());
+    if (!index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(ErrorKind::kIo, "{}: has no \"weight_map\" object", index_path.string());
+    std::map<std::string, std::vector<std::string>> by_file;
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (!file.is_string())
+        fail(ErrorKind::kIo, "{}: the file of '{}' is not a string", index_path.string(), name);
+      by_file[file.get<std::string>()].push_back(name);
+    }
+    for (const auto& [file, names] : by_file) {
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+        fail(ErrorKind::kIo, "{}: lists '{}', which is not a file name in the folder", index_path.string(),
+             file);
+      if (!fs::is_regular_file(dir / file))
+        fail(ErrorKind::kIo, "{}: missing; {} lists it for {} tensors, e.g. '{}'", (dir / file).string(),
+             kHfIndex, names.size(), names.front());
+      const SafetensorsFile* f = open(file);
+      for (const std::string& name : names) {
+        if (!f->contains(name))
+          fail(ErrorKind::kIo, "{}: has no tensor '{}', which {} places in it", f->path(), name, kHfIndex);
+        where_[name] = f;
+      }
+      for (const std::string& name : f->names())
+        if (!where_.count(name) || where_[name] != f)
+          fail(ErrorKind::kIo, "{}: holds tensor '{}', which {} does not place in it", f->path(), name,
+               kHfIndex);
+    }
+    return;
+  }
+  if (fs::exists(dir / kHfSingle)) {
+    weights_path_ = (dir / kHfSingle).string();
+    const SafetensorsFile* f = open(kHfSingle);
+    for (const std::string& name : f->names()) where_[name] = f;
+    return;
+  }
+  const bool bin = fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+  fail(ErrorKind::kIo, "{}: has neither {} nor {}{}", dir.string(), kHfSingle, kHfIndex,
+       bin ? " (only PyTorch .bin weights, which Tessera does not read: save them with transformers' "
+             "save_pretrained, which writes safetensors)"
+           : "");
+}
+
+std::vector<std::string> HfCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : where_) out.push_back(name);
+  return out;
+}
+
+Tensor HfCheckpoint::get(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::kConfig, "{}: has no tensor '{}'", weights_path_, name);
+  return it->second->get(name);
+}
+
+std::string HfCheckpoint::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? weights_path_ : it->second->path();
+}
+
+ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
+  StagedFolder out(o.out_dir);
+  const HfCheckpoint hf(o.hf_dir);
+  ConvertReport r;
+  r.out_dir = o.out_dir;
+  r.model = parse_hf_config(hf.config(), (o.hf_dir / kHfConfig).string());
+  r.dtype = compute_dtype(o.dtype, hf.config(), r.notes);
+
+  // model.yml first: the config it loads to is the one the checkpoint is checked against.
+  const fs::path yml = out.path() / kModelYaml;
+  data::write_file(
+      yml, fmt::format("# Model keys of the Hugging Face checkpoint {} ({}), written by `tessera convert`.\n"
+                       "# Use: tessera train {}/{} load_parameters_path={} run_name=NAME [key=value ...]\n",
+                       fs::absolute(o.hf_dir).string(), describe(r.model), o.out_dir.string(), kModelYaml,
+                       o.out_dir.string()) +
+               tessera_model_yaml(r.model, r.dtype));
+  const Config cfg = load_config(yml, {});
+  const ModelSpec spec = spec_of(cfg);
+  const std::map<std::string, Shape> params = model_params(spec);
+
+  std::vector<std::vector<float>> storage;  // converted tensors; unchanged ones stay in the mapping
+  std::vector<NamedTensor> tensors;
+  std::set<std::string> used;
+  for (const HfName& m : llama_hf_names(spec)) {
+    const Shape& shape = params.at(m.tessera);
+    if (!hf.contains(m.hf))
+      fail(ErrorKind::kConfig,
+           "{}: has no tensor '{}', which the model config.json describes needs (shape {}; Tessera's {}); is "
+           "it a "
+           "checkpoint of another model?",
+           hf.weights_path(), m.hf, (m.transpose ? Shape{shape[1], shape[0]} : shape).str(), m.tessera);
+    const Tensor src = hf.get(m.hf);
+    used.insert(m.hf);
+    if (!m.transpose && src.dtype() == DType::kF32 && src.shape() == shape) {
+      tensors.push_back({m.tessera, src});
+      continue;
+    }
+    storage.emplace_back(static_cast<size_t>(shape.numel()));
+    const Tensor dst(storage.back().data(), shape, DType::kF32);
+    hf_to_tessera_tensor(src, m.transpose, dst, hf.file_of(m.hf), m.hf);
+    tensors.push_back({m.tessera, dst});
+  }
+  check_extras(hf, r.model, used, r.skipped);
+  for (const NamedTensor& t : tensors) r.params += t.tensor.numel();
+  r.tensors = static_cast<int64_t>(tensors.size());
+
+  const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", "0"}};
+  write_safetensors((out.path() / train::kParamsFile).string(), tensors, meta);
+  const json manifest = checkpoint_manifest(cfg, hf, out.path(), r.params, r.tensors);
+  data::write_file(out.path() / train::kManifestFile, manifest.dump(2) + "\n");
+  train::verify_checkpoint(out.path());  // what load_parameters_path checks before reading
+  out.commit();
+  r.files = {train::kParamsFile, train::kManifestFile, kModelYaml};
+  return r;
+}
+
+namespace {
+
+// The config of the checkpoint's model: the given file, else the manifest's resolved config.
+Config checkpoint_config(const TesseraToHfOptions& o, const json& manifest, const fs::path& scratch) {
+  if (!o.config_file.empty()) return load_config(o.config_file, o.overrides);
+  if (!manifest.is_object() || !manifest.contains("config_yaml") || !manifest["config_yaml"].is_string())
+    fail(ErrorKind::kConfig,
+         "{}: {} carries no config to read the model from; pass --config CONFIG [key=value ...]",
+         o.checkpoint.string(), manifest.is_object() ? "its manifest" : "a bare parameter file");
+  // load_config reads files: the manifest's YAML goes through a scratch file, removed afterwards.
+  const fs::path tmp = scratch / "checkpoint_config.yml";
+  data::write_file(tmp, manifest["config_yaml"].get<std::string>());
+  Config cfg = load_config(tmp, o.overrides);
+  fs::remove(tmp);
+  return cfg;
+}
+
+// A tensor of the Hugging Face output: its names, layout and size in the written dtype.
+struct HfTensor {
+  const HfName* name;
+  Shape shape;  // Hugging Face's
+  uint64_t bytes;
+};
+
+// transformers' split: tensors in order, a new shard when the next tensor would pass the limit
+// (a tensor larger than the limit gets a shard of its own).
+std::vector<std::vector<HfTensor>> plan_shards(const std::vector<HfTensor>& tensors, uint64_t max_bytes) {
+  std::vector<std::vector<HfTensor>> shards(1);
+  uint64_t size = 0;
+  for (const HfTensor& t : tensors) {
+    if (!shards.back().empty() && size + t.bytes > max_bytes) {
+      shards.emplace_back();
+      size = 0;
+    }
+    shards.back().push_back(t);
+    size += t.bytes;
+  }
+  return shards;
+}
+
+// True when `source` (a config.json or null) describes `model`.
+bool same_model(const json& source, const HfLlamaConfig& model) {
+  if (!source.is_object()) return false;
+  try {
+    return parse_hf_config(source, "source config") == model;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
+  StagedFolder out(o.out_dir);
+  json manifest;
+  fs::path params_path = o.checkpoint;
+  if (fs::is_directory(o.checkpoint)) {
+    manifest = train::verify_checkpoint(o.checkpoint);
+    params_path = o.checkpoint / train::kParamsFile;
+  } else if (!fs::is_regular_file(o.checkpoint)) {
+    fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", o.checkpoint.string());
+  }
+  const Config cfg = checkpoint_config(o, manifest, out.path());
+  ConvertReport r;
+  r.out_dir = o.out_dir;
+  r.model = hf_config_from_tessera(cfg);
+  r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
+  check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
+  const DType dtype = dtype_from_name(r.dtype);
+  const ModelSpec spec = spec_of(cfg);
+  const std::map<std::string, Shape> params = model_params(spec);
+
+  // The file must hold exactly this model's parameters, in float32 (as a checkpoint load checks).
+  const SafetensorsFile file(params_path.string());
+  for (const auto& [name, shape] : params) {
+    if (!file.contains(name))
+      fail(ErrorKind::kConfig,
+           "{}: has no tensor '{}', a parameter of the configured model (shape {}); is the config "
+           "that of another model?",
+           file.path(), name, shape.str());
+    const Tensor t = file.get(name);
+    if (t.dtype() != DType::kF32)
+      fail(ErrorKind::kConfig, "{}: tensor '{}' is {}; Tessera's parameters are float32", file.path(), name,
+           dtype_name(t.dtype()));
+    if (!(t.shape() == shape))
+      fail(ErrorKind::kConfig,
+           "{}: tensor '{}' has shape {}, but the configured model needs {} (another model size?)",
+           file.path(), name, t.shape().str(), shape.str());
+  }
+  for (const std::string& name : file.names())
+    if (!params.count(name))
+      fail(ErrorKind::kConfig, "{}: tensor '{}' is not a parameter of the configured model", file.path(),
+           name);
+
+  const std::vector<HfName> names = llama_hf_names(spec);
+  std::vector<HfTensor> all;
+  for (const HfName& m : names) {
+    const Shape& s = params.at(m.tessera);
+    const Shape hs = m.transpose ? Shape{s[1], s[0]} : s;
+    all.push_back({&m, hs, static_cast<uint64_t>(hs.numel()) * dtype_size(dtype)});
+    r.params += s.numel();
+  }
+  r.tensors = static_cast<int64_t>(all.size());
+  const std::vector<std::vector<HfTensor>> shards = plan_shards(all, o.max_shard_bytes);
+  json weight_map = json::object();
+  uint64_t total = 0;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string shard_name =
+        shards.size() == 1 ? kHfSingle
+                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    std::vector<std::vector<uint8_t>> storage;
+    std::vector<NamedTensor> tensors;
+    for (const HfTensor& t : shards[k]) {
+      storage.emplace_back(t.bytes);
+      const Tensor dst(storage.back().data(), t.shape, dtype);
+      tessera_to_hf_tensor(file.get(t.name->tessera), t.name->transpose, dst);
+      tensors.push_back({t.name->hf, dst});
+      weight_map[t.name->hf] = shard_name;
+      total += t.bytes;
+    }
+    // transformers refuses safetensors files without format metadata.
+    write_safetensors((out.path() / shard_name).string(), tensors, {{"format", "pt"}});
+    r.files.push_back(shard_name);
+  }
+  if (shards.size() > 1) {
+    const json index = {{"metadata", {{"total_size", total}, {"total_parameters", r.params}}},
+                        {"weight_map", weight_map}};
+    data::write_file(out.path() / kHfIndex, index.dump(2) + "\n");
+    r.files.push_back(kHfIndex);
+  }
+  json source = manifest.is_object() && manifest.contains("source") && manifest["source"].is_object()
+                    ? manifest["source"].value("config", json())
+                    : json();
+  if (!same_model(source, r.model)) source = json();  // its token ids etc. belong to another model
+  data::write_file(out.path() / kHfConfig,
+                   hf_config_json(r.model, r.dtype, source, cfg.max_target_length).dump(2) + "\n");
+  r.files.push_back(kHfConfig);
+  out.commit();
+  return r;
+}
+
+}  // namespace tessera::models

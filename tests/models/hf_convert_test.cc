@@ -1,0 +1,579 @@
+// `tessera convert` against Hugging Face transformers. The goldens in golden/convert/ are made by
+// tools/make_convert_golden.py: three tiny random models saved by save_pretrained (a Llama with GQA
+// and Llama 3.1 RoPE scaling, single file, transformers 4's config layout; a tied-embedding Llama,
+// sharded; a Mistral with a sliding window of 5 over 12 tokens, saved in bfloat16), each with the
+// logits transformers computes for fixed tokens.
+//
+// Covered: import -> Tessera's forward gives transformers' logits; HF -> Tessera -> HF is bitwise
+// (float32 and bfloat16) with an equivalent config.json; bfloat16 and sharded export; the errors
+// (missing tensor, wrong shape, missing shard, unsupported model_type / rope scaling / field, extra
+// tensors); the command line, including `tessera train` on a converted model; and transformers
+// loading Tessera's export (with $TESSERA_PYTHON, skipped when torch/transformers are missing).
+//
+// Tolerance of the logit comparisons (float32): the reductions are at most 56 long and the
+// values O(1-5); oneDNN and PyTorch sum in different orders and Tessera's RoPE table is computed in
+// double where transformers uses float32 (angles of positions < 12, so ~1e-6 rad). Observed
+// differences are ~1e-6 relative; the bound is 1e-5 relative plus 1e-5 absolute (for logits near 0).
+#include "tessera/models/hf_convert.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/config/config.h"
+#include "tessera/core/error.h"
+#include "tessera/core/safetensors.h"
+#include "tessera/data/files.h"
+#include "tessera/graph/executor.h"
+#include "tessera/models/hf_config.h"
+#include "tessera/models/llama.h"
+#include "tessera/train/checkpoint.h"
+#include "tessera/train/trainer.h"
+#include "testing/op_test_util.h"
+#include "testing/process_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kGolden = fs::path(TESSERA_TEST_DATA_DIR) / "golden" / "convert";
+constexpr double kRtol = 1e-5, kAtol = 1e-5;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::path(::testing::TempDir()) / "tessera_convert_XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path operator/(const std::string& s) const { return path / s; }
+};
+
+// Hugging Face folder -> Tessera checkpoint folder.
+models::ConvertReport to_tessera(const fs::path& hf, const fs::path& out, const std::string& dtype = "") {
+  models::HfToTesseraOptions o;
+  o.hf_dir = hf;
+  o.out_dir = out;
+  o.dtype = dtype;
+  return models::convert_hf_to_tessera(o);
+}
+
+// Tessera checkpoint -> Hugging Face folder, with `edit` setting further options.
+models::ConvertReport to_hf(const fs::path& checkpoint, const fs::path& out,
+                            const std::function<void(models::TesseraToHfOptions&)>& edit = {}) {
+  models::TesseraToHfOptions o;
+  o.checkpoint = checkpoint;
+  o.out_dir = out;
+  if (edit) edit(o);
+  return models::convert_tessera_to_hf(o);
+}
+
+// The message of the Error `f` throws, checked to be of `kind`.
+template <typename F>
+std::string error_of(F&& f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return "";
+}
+
+// Tessera's float32 logits [B*T*V] for `tokens` [B, T] of the model `cfg` loaded from `checkpoint`.
+std::vector<double> tessera_logits(Config cfg, const fs::path& checkpoint, const std::vector<int32_t>& tokens,
+                                   int64_t B, int64_t T) {
+  cfg.per_device_batch_size = static_cast<double>(B);
+  cfg.max_target_length = T;
+  cfg.dtype = "float32";
+  const models::ModelSpec spec = train::model_spec_from_config(cfg);
+  graph::Graph g;
+  const models::DecoderInputs in = models::build_llama(g, spec);
+  graph::Plan plan(std::move(g), graph::PlanOptions{.remat_policy = "none"});
+  ops::RopeConfig rc;
+  rc.max_timescale = spec.rope_theta;
+  rc.head_dim = spec.head_dim;
+  rc.max_positions = T;
+  if (spec.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
+  graph::Executor exec(plan, std::make_unique<ops::RopeTable>(rc));
+  train::restore_checkpoint(plan, checkpoint, train::RestoreKind::kParams);
+  auto* tok = plan.view(in.tokens).ptr<int32_t>();
+  auto* tgt = plan.view(in.targets).ptr<int32_t>();
+  auto* pos = plan.view(in.positions).ptr<int32_t>();
+  auto* seg = plan.view(in.segment_ids).ptr<int32_t>();
+  for (int64_t i = 0; i < B * T; ++i) {
+    tok[i] = tokens[static_cast<size_t>(i)];
+    tgt[i] = 0;
+    pos[i] = static_cast<int32_t>(i % T);
+    seg[i] = 1;
+  }
+  exec.forward_only();
+  const auto& values = plan.graph().values();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].name == "decoder.logits")
+      return testing::to_vector(plan.view(static_cast<graph::ValueId>(i)));
+  ADD_FAILURE() << "no decoder.logits";
+  return {};
+}
+
+struct GoldenLogits {
+  SafetensorsFile file;
+  std::vector<int32_t> tokens;
+  int64_t B, T;
+  explicit GoldenLogits(const std::string& name) : file((kGolden / (name + ".logits.safetensors")).string()) {
+    const Tensor t = file.get("tokens");
+    B = t.dim(0);
+    T = t.dim(1);
+    tokens.assign(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
+  }
+  std::vector<double> logits() const { return testing::to_vector(file.get("logits")); }
+};
+
+// Config of a converted model: its model.yml, as a user runs it.
+Config converted_config(const fs::path& out) {
+  return load_config(out / "model.yml", {});
+}
+
+// Every tensor of two Hugging Face folders has the same name, dtype, shape and bytes.
+void expect_same_tensors(const fs::path& a, const fs::path& b) {
+  const models::HfCheckpoint x(a), y(b);
+  ASSERT_EQ(x.names(), y.names());
+  for (const std::string& n : x.names()) {
+    const Tensor s = x.get(n), t = y.get(n);
+    ASSERT_EQ(s.dtype(), t.dtype()) << n;
+    ASSERT_TRUE(s.shape() == t.shape()) << n << " " << s.shape().str() << " vs " << t.shape().str();
+    EXPECT_EQ(std::memcmp(s.data(), t.data(), s.nbytes()), 0) << n << " differs";
+  }
+}
+
+class Import : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Import, TesseraGivesTransformersLogits) {
+  const std::string name = GetParam();
+  TempDir tmp;
+  const models::ConvertReport r = to_tessera(kGolden / name, tmp / "t");
+  EXPECT_EQ(r.files, (std::vector<std::string>{"params.safetensors", "manifest.json", "model.yml"}));
+  EXPECT_TRUE(r.skipped.empty());
+  EXPECT_FALSE(fs::exists(tmp / "t.tmp"));
+  train::verify_checkpoint(tmp / "t");
+  const GoldenLogits g(name);
+  const std::vector<double> got = tessera_logits(converted_config(tmp / "t"), tmp / "t", g.tokens, g.B, g.T);
+  EXPECT_TRUE(testing::all_close(got, g.logits(), kRtol, kAtol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::Values("llama_gqa", "llama_tied", "mistral_swa"));
+
+TEST(Import, ModelYamlHoldsEachFamilysKeys) {
+  TempDir tmp;
+  struct Case {
+    const char* name;
+    std::vector<std::string> lines;
+  } cases[] = {
+      {"llama_gqa",
+       {"decoder_block: llama2", "base_emb_dim: 40", "base_num_query_heads: 4", "base_num_kv_heads: 2",
+        "head_dim: 10", "base_mlp_dim: 56", "base_num_decoder_layers: 2", "vocab_size: 61",
+        "normalization_layer_epsilon: 1e-05", "logits_via_embedding: false", "rope_max_timescale: 500000",
+        "rope_type: llama3.1", "attention_type: global", "dtype: float32"}},
+      {"llama_tied",
+       {"base_num_kv_heads: 4", "logits_via_embedding: true", "rope_type: default", "dtype: float32"}},
+      {"mistral_swa",
+       {"decoder_block: mistral", "base_num_kv_heads: 1", "rope_max_timescale: 1000000",
+        "attention_type: local_sliding", "sliding_window_size: 5", "dtype: bfloat16"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    to_tessera(kGolden / c.name, tmp / c.name);
+    const std::string yml = data::read_file(tmp / c.name / "model.yml");
+    for (const std::string& line : c.lines)
+      EXPECT_NE(yml.find("\n" + line + "\n"), std::string::npos) << line << "\n" << yml;
+  }
+  // --dtype chooses the compute dtype.
+  to_tessera(kGolden / "mistral_swa", tmp / "f32", "float32");
+  EXPECT_EQ(converted_config(tmp / "f32").dtype, "float32");
+}
+
+// HF -> Tessera -> HF gives the original tensors, bit for bit, and an equivalent config.json.
+TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
+  TempDir tmp;
+  for (const char* name : {"llama_gqa", "llama_tied", "mistral_swa"}) {
+    SCOPED_TRACE(name);
+    const fs::path t = tmp / (std::string(name) + "_t"), h = tmp / (std::string(name) + "_h");
+    to_tessera(kGolden / name, t);
+    // No config given: the manifest's; no dtype: model.yml's, which came from config.json.
+    const models::ConvertReport r = to_hf(t, h);
+    EXPECT_EQ(r.files, (std::vector<std::string>{"model.safetensors", "config.json"}));
+    expect_same_tensors(kGolden / name, h);
+    const json a = models::read_json_file((kGolden / name / "config.json").string());
+    const json b = models::read_json_file((h / "config.json").string());
+    EXPECT_EQ(models::parse_hf_config(a, "a"), models::parse_hf_config(b, "b"));
+    for (const char* key : {"max_position_embeddings", "bos_token_id", "eos_token_id", "initializer_range"})
+      EXPECT_EQ(a[key], b[key]) << key;
+    const std::string dtype = a.contains("torch_dtype") ? a["torch_dtype"] : a["dtype"];
+    EXPECT_EQ(b["torch_dtype"], dtype);
+  }
+}
+
+TEST(Export, Bfloat16RoundsEachTensorToNearestEven) {
+  TempDir tmp;
+  to_tessera(kGolden / "llama_gqa", tmp / "t");
+  to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) { o.dtype = "bfloat16"; });
+  const models::HfCheckpoint orig(kGolden / "llama_gqa"), bf(tmp / "h");
+  ASSERT_EQ(orig.names(), bf.names());
+  for (const std::string& n : orig.names()) {
+    const Tensor a = orig.get(n), b = bf.get(n);
+    ASSERT_EQ(b.dtype(), DType::kBF16) << n;
+    ASSERT_TRUE(a.shape() == b.shape()) << n;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_EQ(b.ptr<uint16_t>()[i], f32_to_bf16(a.ptr<float>()[i])) << n << "[" << i << "]";
+  }
+  EXPECT_EQ(models::read_json_file((tmp / "h" / "config.json").string())["torch_dtype"], "bfloat16");
+}
+
+TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
+  TempDir tmp;
+  to_tessera(kGolden / "llama_gqa", tmp / "t");
+  constexpr uint64_t kMax = 20000;  // bytes; the largest tensor (the 61 x 40 embedding) has 9760
+  const models::ConvertReport r =
+      to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) { o.max_shard_bytes = kMax; });
+  const json index = models::read_json_file((tmp / "h" / "model.safetensors.index.json").string());
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  ASSERT_GT(shards.size(), 3u);
+  EXPECT_EQ(r.files.size(), shards.size() + 2);
+  uint64_t total = 0;
+  for (size_t k = 1; k <= shards.size(); ++k)
+    EXPECT_TRUE(shards.count(fmt::format("model-{:05d}-of-{:05d}.safetensors", k, shards.size()))) << k;
+  for (const std::string& s : shards) {
+    const SafetensorsFile f((tmp / "h" / s).string());
+    uint64_t bytes = 0;
+    for (const std::string& n : f.names()) bytes += f.get(n).nbytes();
+    EXPECT_LE(bytes, kMax) << s;
+    total += bytes;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  expect_same_tensors(kGolden / "llama_gqa", tmp / "h");
+  // And the sharded folder imports to the same Tessera parameters.
+  to_tessera(tmp / "h", tmp / "t2");
+  EXPECT_EQ(data::read_file(tmp / "t" / "params.safetensors"),
+            data::read_file(tmp / "t2" / "params.safetensors"));
+}
+
+TEST(ByteSize, ReadsTransformersUnits) {
+  EXPECT_EQ(models::parse_byte_size("5GB"), 5'000'000'000u);
+  EXPECT_EQ(models::parse_byte_size("500MB"), 500'000'000u);
+  EXPECT_EQ(models::parse_byte_size("2GiB"), 2ull << 30);
+  EXPECT_EQ(models::parse_byte_size("12kb"), 12'000u);
+  EXPECT_EQ(models::parse_byte_size("4096"), 4096u);
+  for (const char* bad : {"", "GB", "0", "5 TB", "1.5GB", "-3"})
+    EXPECT_NE(error_of([&] { models::parse_byte_size(bad); }, ErrorKind::kConfig).find("--max-shard-size"),
+              std::string::npos)
+        << bad;
+}
+
+// A copy of a golden folder to break: its config.json as JSON, its tensors by name.
+struct BrokenCopy {
+  fs::path dir;
+  json config;
+  BrokenCopy(const TempDir& tmp, const std::string& name) : dir(tmp / ("broken_" + name)) {
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(kGolden / name))
+      fs::copy_file(e.path(), dir / e.path().filename());
+    config = models::read_json_file((dir / "config.json").string());
+  }
+  void write_config() const { data::write_file(dir / "config.json", config.dump(2)); }
+  // Rewrites model.safetensors through `edit` (which may add, drop or replace tensors).
+  void edit_tensors(const std::function<void(std::vector<NamedTensor>&)>& edit) const {
+    std::vector<NamedTensor> ts;
+    std::vector<std::vector<uint8_t>> copies;
+    {
+      const SafetensorsFile f((dir / "model.safetensors").string());
+      for (const std::string& n : f.names()) {
+        const Tensor t = f.get(n);
+        copies.emplace_back(static_cast<const uint8_t*>(t.data()),
+                            static_cast<const uint8_t*>(t.data()) + t.nbytes());
+        ts.push_back({n, Tensor(copies.back().data(), t.shape(), t.dtype())});
+      }
+    }
+    edit(ts);
+    write_safetensors((dir / "model.safetensors").string(), ts, {{"format", "pt"}});
+  }
+  std::string import_error(const TempDir& tmp, ErrorKind kind) const {
+    return error_of([&] { to_tessera(dir, tmp / "out"); }, kind);
+  }
+};
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(ImportErrors, MissingTensorNamesItAndTheFile) {
+  TempDir tmp;
+  BrokenCopy c(tmp, "llama_gqa");
+  c.edit_tensors([](std::vector<NamedTensor>& ts) {
+    std::erase_if(ts, [](const NamedTensor& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  const std::string e = c.import_error(tmp, ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, (c.dir / "model.safetensors").string())) << e;
+  EXPECT_TRUE(has(e, "no tensor 'model.layers.1.mlp.up_proj.weight'")) << e;
+  EXPECT_TRUE(has(e, "[56, 40]")) << e;
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+  EXPECT_FALSE(fs::exists(tmp / "out.tmp"));
+}
+
+TEST(ImportErrors, ShapeMismatchSaysExpectedAndFound) {
+  TempDir tmp;
+  BrokenCopy c(tmp, "llama_gqa");
+  c.config["intermediate_size"] = 55;
+  c.write_config();
+  const std::string e = c.import_error(tmp, ErrorKind::kConfig);
+  EXPECT_TRUE(
+      has(e, "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [56, 40], but the model needs [55, 40]"))
+      << e;
+}
+
+TEST(ImportErrors, MissingShardNamesTheFile) {
+  TempDir tmp;
+  BrokenCopy c(tmp, "llama_tied");
+  fs::remove(c.dir / "model-00003-of-00005.safetensors");
+  const std::string e = c.import_error(tmp, ErrorKind::kIo);
+  EXPECT_TRUE(has(e, "model-00003-of-00005.safetensors: missing; model.safetensors.index.json lists it"))
+      << e;
+}
+
+TEST(ImportErrors, UnsupportedConfigIsRefusedNamingTheField) {
+  TempDir tmp;
+  const std::pair<std::function<void(json&)>, std::string> cases[] = {
+      {[](json& j) { j["model_type"] = "gemma"; }, "\"model_type\": \"gemma\" is not converted by Tessera"},
+      {[](json& j) {
+         j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       },
+       "rope type 'yarn'"},
+      {[](json& j) { j["rope_scaling"]["factor"] = 32.0; }, "its factor is 32.0"},
+      {[](json& j) { j["rope_scaling"]["beta_fast"] = 32; }, "its field 'beta_fast'"},
+      {[](json& j) { j["attention_bias"] = true; }, "\"attention_bias\": true is not supported"},
+      {[](json& j) { j["hidden_act"] = "gelu"; }, "\"hidden_act\": \"gelu\""},
+      {[](json& j) { j["rope_theta"] = 10000.5; }, "whole number"},
+      {[](json& j) { j["frobnicate"] = 1; }, "\"frobnicate\": 1 is a field Tessera does not know"},
+      {[](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; }, "\"architectures\""},
+      {[](json& j) { j.erase("hidden_size"); }, "\"hidden_size\": absent is required"},
+  };
+  for (const auto& [edit, want] : cases) {
+    SCOPED_TRACE(want);
+    BrokenCopy c(tmp, "llama_gqa");
+    edit(c.config);
+    c.write_config();
+    const std::string e = c.import_error(tmp, ErrorKind::kConfig);
+    EXPECT_TRUE(has(e, want)) << e;
+    EXPECT_TRUE(has(e, (c.dir / "config.json").string())) << e;
+    fs::remove_all(c.dir);
+  }
+}
+
+TEST(ImportErrors, UnknownExtraTensorIsAnErrorButInvFreqIsSkipped) {
+  TempDir tmp;
+  BrokenCopy c(tmp, "llama_gqa");
+  std::vector<float> extra(10, 1.0f);
+  c.edit_tensors([&](std::vector<NamedTensor>& ts) {
+    ts.push_back(
+        {"model.layers.0.self_attn.rotary_emb.inv_freq", Tensor(extra.data(), Shape{5}, DType::kF32)});
+  });
+  const models::ConvertReport r = to_tessera(c.dir, tmp / "ok");
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_TRUE(has(r.skipped[0], "model.layers.0.self_attn.rotary_emb.inv_freq")) << r.skipped[0];
+  c.edit_tensors([&](std::vector<NamedTensor>& ts) {
+    ts.push_back({"model.layers.0.self_attn.q_norm.weight", Tensor(extra.data(), Shape{10}, DType::kF32)});
+  });
+  const std::string e = c.import_error(tmp, ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, "tensor 'model.layers.0.self_attn.q_norm.weight' is not a parameter of the model")) << e;
+}
+
+TEST(ImportErrors, TiedHeadMustEqualTheEmbedding) {
+  TempDir tmp;
+  BrokenCopy c(tmp, "llama_gqa");
+  c.config["tie_word_embeddings"] = true;
+  c.write_config();
+  // The untied golden's lm_head differs from its embedding.
+  const std::string e = c.import_error(tmp, ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, "'lm_head.weight' differs from 'model.embed_tokens.weight'")) << e;
+}
+
+TEST(ImportErrors, NonEmptyOutputFolderIsRefused) {
+  TempDir tmp;
+  fs::create_directories(tmp / "out");
+  data::write_file(tmp / "out" / "keep.txt", "mine");
+  const std::string e = error_of([&] { to_tessera(kGolden / "llama_gqa", tmp / "out"); }, ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, "exists and is not an empty folder")) << e;
+  EXPECT_EQ(data::read_file(tmp / "out" / "keep.txt"), "mine");
+}
+
+TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
+  TempDir tmp;
+  to_tessera(kGolden / "llama_gqa", tmp / "t");
+  std::string e = error_of(
+      [&] {
+        to_hf(tmp / "t", tmp / "h", [](models::TesseraToHfOptions& o) { o.overrides = {"base_mlp_dim=55"}; });
+      },
+      ErrorKind::kConfig);
+  EXPECT_TRUE(
+      has(e,
+          "tensor 'decoder.layers_0.mlp.wi_0.kernel' has shape [40, 56], but the configured model needs "
+          "[40, 55]"))
+      << e;
+  e = error_of(
+      [&] {
+        to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) {
+          o.overrides = {"attention_type=local_sliding", "sliding_window_size=4"};
+        });
+      },
+      ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, "decoder_block=mistral has one")) << e;
+  e = error_of([&] { to_hf(tmp / "t" / "params.safetensors", tmp / "h"); }, ErrorKind::kConfig);
+  EXPECT_TRUE(has(e, "a bare parameter file carries no config")) << e;
+  // With --config it converts.
+  to_hf(tmp / "t" / "params.safetensors", tmp / "h",
+        [&](models::TesseraToHfOptions& o) { o.config_file = tmp / "t" / "model.yml"; });
+  expect_same_tensors(kGolden / "llama_gqa", tmp / "h");
+}
+
+// --- through the program --------------------------------------------------------------------
+
+struct ProgramRun {
+  int code = -1;
+  std::string out;
+};
+
+ProgramRun run_tessera(const TempDir& tmp, const std::vector<std::string>& args) {
+  std::string cmd = testing::shell_quote(testing::tessera_binary().string());
+  for (const std::string& a : args) cmd.append(" ").append(testing::shell_quote(a));
+  cmd.append(" >").append(testing::shell_quote((tmp / "run.txt").string())).append(" 2>&1");
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, data::read_file(tmp / "run.txt")};
+}
+
+TEST(Cli, ConvertThenTrainTheConvertedModel) {
+  TempDir tmp;
+  const std::string t = (tmp / "t").string(), h = (tmp / "h").string();
+  ProgramRun r =
+      run_tessera(tmp, {"convert", "--from", "hf", "--to", "tessera", (kGolden / "llama_tied").string(), t});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "tessera train " + t + "/model.yml load_parameters_path=" + t)) << r.out;
+  // The converted model trains with no edits to model.yml.
+  r = run_tessera(
+      tmp, {"train", t + "/model.yml", "load_parameters_path=" + t, "run_name=ft",
+            "base_output_directory=" + (tmp / "runs").string(), "steps=2", "per_device_batch_size=1",
+            "max_target_length=8", "device_peak_tflops=1", "num_threads=1", "enable_tensorboard=false"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "completed step: 1")) << r.out;
+  // Its checkpoint converts back with the config in its manifest.
+  r = run_tessera(tmp, {"convert", "--from", "tessera", "--to", "hf",
+                        (tmp / "runs/ft/checkpoints/2").string(), h, "--max-shard-size", "10KB"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(tmp / "h" / "model.safetensors.index.json")) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(tmp / "h" / "config.json"));
+}
+
+TEST(Cli, UsageAndInputErrorsExitWithTheirCodes) {
+  TempDir tmp;
+  const std::string src = (kGolden / "llama_gqa").string(), out = (tmp / "o").string();
+  ProgramRun r = run_tessera(tmp, {"convert", "--from", "hf", "--to", "hf", src, out});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.out, "nothing to convert")) << r.out;
+  r = run_tessera(tmp, {"convert", "--from", "hf", "--to", "tessera", src, out, "--max-shard-size", "1GB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.out, "--max-shard-size applies to --to hf only")) << r.out;
+  r = run_tessera(tmp, {"convert", "--from", "hf", "--to", "tessera", src, out, "--dtype", "float16"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = run_tessera(tmp, {"convert", "--from", "hf", "--to", "tessera", (tmp / "nowhere").string(), out});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.out, "no such folder")) << r.out;
+  r = run_tessera(tmp, {"convert", "--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "--max-shard-size") && has(r.out, "docs/convert.md")) << r.out;
+}
+
+// --- transformers loads what Tessera writes ----------------------------------------------------
+
+std::string python() {
+  if (const char* env = std::getenv("TESSERA_PYTHON"); env && *env) return env;
+  return "python3";
+}
+
+TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
+  const std::string py = python();
+  if (std::system((py + " -c 'import torch, transformers' >/dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "'" << py
+                 << " -c \"import torch, transformers\"' fails: this check needs a Python with torch "
+                 << "and transformers; point TESSERA_PYTHON at one (CI's .venv-test has only tensorboard)";
+  TempDir tmp;
+  // Two models trained by Tessera for 2 steps from its own initialisation: a Llama with GQA and
+  // Llama 3.1 RoPE scaling (single file), and a tied Mistral with a sliding window (sharded).
+  const std::vector<std::string> common = {"model_name=llama-test",
+                                           "override_model_config=true",
+                                           "base_output_directory=" + (tmp / "runs").string(),
+                                           "steps=2",
+                                           "per_device_batch_size=2",
+                                           "max_target_length=16",
+                                           "device_peak_tflops=1",
+                                           "num_threads=1",
+                                           "enable_tensorboard=false",
+                                           "async_checkpointing=false",
+                                           "dtype=float32",
+                                           "learning_rate=0.01"};
+  const std::vector<std::vector<std::string>> models = {
+      {"run_name=llama", "rope_type=llama3.1", "rope_max_timescale=500000"},
+      {"run_name=mistral", "decoder_block=mistral", "attention_type=local_sliding", "sliding_window_size=5",
+       "logits_via_embedding=true", "rope_max_timescale=1000000"}};
+  constexpr int64_t B = 2, T = 11;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % 512);
+  data::write_file(tmp / "tokens.bin",
+                   std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
+  std::string cmd = py + " " +
+                    testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
+                    " " + testing::shell_quote((tmp / "tokens.bin").string()) + fmt::format(" {} {}", B, T);
+  std::vector<std::vector<double>> want;
+  for (size_t m = 0; m < models.size(); ++m) {
+    std::vector<std::string> o = common;
+    o.insert(o.end(), models[m].begin(), models[m].end());
+    const Config cfg = load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", o);
+    {
+      std::ostringstream log;
+      train::Trainer(cfg, log).run();
+    }
+    const fs::path ckpt = tmp / "runs" / cfg.run_name / "checkpoints" / "2";
+    const fs::path hf = tmp / ("hf_" + cfg.run_name);
+    to_hf(ckpt, hf, [&](models::TesseraToHfOptions& o) { o.max_shard_bytes = m == 1 ? 40000u : 1u << 30; });
+    want.push_back(tessera_logits(cfg, ckpt, tokens, B, T));
+    cmd += " " + testing::shell_quote(hf.string()) + " " +
+           testing::shell_quote((tmp / (cfg.run_name + ".f32")).string());
+  }
+  EXPECT_TRUE(fs::exists(tmp / "hf_mistral" / "model.safetensors.index.json"));
+  cmd += " >" + testing::shell_quote((tmp / "py.txt").string()) + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string py_out = data::read_file(tmp / "py.txt");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << py_out;
+  EXPECT_TRUE(has(py_out, "LlamaForCausalLM torch.float32")) << py_out;
+  EXPECT_TRUE(has(py_out, "MistralForCausalLM torch.float32")) << py_out;
+  for (size_t m = 0; m < models.size(); ++m) {
+    SCOPED_TRACE(models[m][0]);
+    const std::string bytes = data::read_file(tmp / (m == 0 ? "llama.f32" : "mistral.f32"));
+    ASSERT_EQ(bytes.size(), want[m].size() * 4);
+    std::vector<double> got(want[m].size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      got[i] = v;
+    }
+    EXPECT_TRUE(testing::all_close(got, want[m], kRtol, kAtol));
+  }
+}
+
+}  // namespace
+}  // namespace tessera
