@@ -78,8 +78,6 @@ const std::vector<PlannedCommand>& planned_commands() {
       {"serve", "Serve OpenAI-compatible completions over HTTP.", "the HTTP server"},
       {"compile", "Plan a run for compile_topology without its hardware: memory, FLOPs, collectives.",
        "the ahead-of-time planner"},
-      {"convert", "Convert checkpoints to and from the Hugging Face safetensors layout.",
-       "checkpoint conversion"},
   };
   return commands;
 }

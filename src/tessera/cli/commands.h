@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace tessera::cli {
 
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3 };
@@ -60,6 +64,20 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 // `tessera prepare-corpus UNPACKED_DIR OUT_DIR`: the pd-en corpus from unpacked Debian packages
 // (scripts/prepare_corpus.sh downloads and unpacks them).
 int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out);
+
+// `tessera convert --from hf|tessera --to tessera|hf SOURCE OUT_DIR [options] [key=value ...]`
+// (cmd_convert.cc; docs/convert.md).
+struct ConvertArgs {
+  std::string from, to;                // "hf" | "tessera"
+  std::string source, out_dir;         // HF folder or Tessera checkpoint; the new folder
+  std::string config_file;             // --config (to hf): the checkpoint's config
+  std::vector<std::string> overrides;  // key=value over that config (to hf)
+  std::string dtype;                   // --dtype: "" | float32 | bfloat16
+  std::string max_shard_size;          // --max-shard-size (to hf): "" = 5GB
+};
+// Declares the subcommand and its options on `app` (main.cc calls it; CLI11 fills `args`).
+CLI::App* add_convert_command(CLI::App& app, ConvertArgs& args);
+int convert(const ConvertArgs& args, std::ostream& out);
 
 // decode, serve, ...: load and validate the config, apply num_threads, write the resolved config
 // to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
