@@ -280,39 +280,26 @@ std::string HfCheckpoint::file_of(const std::string& name) const {
   return it == where_.end() ? weights_path_ : it->second->path();
 }
 
-ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
-  StagedFolder out(o.out_dir);
-  const HfCheckpoint hf(o.hf_dir);
-  ConvertReport r;
-  r.out_dir = o.out_dir;
-  r.model = parse_hf_config(hf.config(), (o.hf_dir / kHfConfig).string());
-  r.dtype = compute_dtype(o.dtype, hf.config(), r.notes);
+namespace {
 
-  // model.yml first: the config it loads to is the one the checkpoint is checked against.
-  const fs::path yml = out.path() / kModelYaml;
-  data::write_file(
-      yml, fmt::format("# Model keys of the Hugging Face checkpoint {} ({}), written by `tessera convert`.\n"
-                       "# Use: tessera train {}/{} load_parameters_path={} run_name=NAME [key=value ...]\n",
-                       fs::absolute(o.hf_dir).string(), describe(r.model), o.out_dir.string(), kModelYaml,
-                       o.out_dir.string()) +
-               tessera_model_yaml(r.model, r.dtype));
-  const Config cfg = load_config(yml, {});
-  const ModelSpec spec = spec_of(cfg);
+// The model's parameters from `hf` under Tessera's names, in float32 and Tessera's layout. A
+// tensor that needs no change is a view into its mapped file; the others are converted into
+// `storage`. Counts go to `r`; extra HF tensors are checked by check_extras.
+std::vector<NamedTensor> import_tensors(const HfCheckpoint& hf, const ModelSpec& spec,
+                                        std::vector<std::vector<float>>& storage, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
-
-  std::vector<std::vector<float>> storage;  // converted tensors; unchanged ones stay in the mapping
   std::vector<NamedTensor> tensors;
   std::set<std::string> used;
   for (const HfName& m : llama_hf_names(spec)) {
     const Shape& shape = params.at(m.tessera);
     if (!hf.contains(m.hf))
       fail(ErrorKind::kConfig,
-           "{}: has no tensor '{}', which the model config.json describes needs (shape {}; Tessera's {}); is "
-           "it a "
+           "{}: has no tensor '{}' (shape {}), which the model in config.json needs (Tessera's {}); is it a "
            "checkpoint of another model?",
            hf.weights_path(), m.hf, (m.transpose ? Shape{shape[1], shape[0]} : shape).str(), m.tessera);
     const Tensor src = hf.get(m.hf);
     used.insert(m.hf);
+    r.params += shape.numel();
     if (!m.transpose && src.dtype() == DType::kF32 && src.shape() == shape) {
       tensors.push_back({m.tessera, src});
       continue;
@@ -322,9 +309,33 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
     hf_to_tessera_tensor(src, m.transpose, dst, hf.file_of(m.hf), m.hf);
     tensors.push_back({m.tessera, dst});
   }
-  check_extras(hf, r.model, used, r.skipped);
-  for (const NamedTensor& t : tensors) r.params += t.tensor.numel();
   r.tensors = static_cast<int64_t>(tensors.size());
+  check_extras(hf, r.model, used, r.skipped);
+  return tensors;
+}
+
+}  // namespace
+
+ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
+  StagedFolder out(o.out_dir);
+  const HfCheckpoint hf(o.hf_dir);
+  ConvertReport r;
+  r.out_dir = o.out_dir;
+  r.model = parse_hf_config(hf.config(), (o.hf_dir / kHfConfig).string());
+  r.dtype = compute_dtype(o.dtype, hf.config(), r.notes);
+
+  // model.yml first: the config it loads to is the one the checkpoint is checked against.
+  const fs::path yml = out.path() / kModelYaml, abs_out = fs::absolute(o.out_dir);
+  data::write_file(
+      yml, fmt::format("# Model keys of the Hugging Face checkpoint {}\n# ({}),\n"
+                       "# written by `tessera convert`. Use:\n"
+                       "#   tessera train {} load_parameters_path={} run_name=NAME [key=value ...]\n",
+                       fs::absolute(o.hf_dir).string(), describe(r.model), (abs_out / kModelYaml).string(),
+                       abs_out.string()) +
+               tessera_model_yaml(r.model, r.dtype));
+  const Config cfg = load_config(yml, {});
+  std::vector<std::vector<float>> storage;
+  const std::vector<NamedTensor> tensors = import_tensors(hf, spec_of(cfg), storage, r);
 
   const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", "0"}};
   write_safetensors((out.path() / train::kParamsFile).string(), tensors, meta);
@@ -388,33 +399,16 @@ bool same_model(const json& source, const HfLlamaConfig& model) {
 
 }  // namespace
 
-ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
-  StagedFolder out(o.out_dir);
-  json manifest;
-  fs::path params_path = o.checkpoint;
-  if (fs::is_directory(o.checkpoint)) {
-    manifest = train::verify_checkpoint(o.checkpoint);
-    params_path = o.checkpoint / train::kParamsFile;
-  } else if (!fs::is_regular_file(o.checkpoint)) {
-    fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", o.checkpoint.string());
-  }
-  const Config cfg = checkpoint_config(o, manifest, out.path());
-  ConvertReport r;
-  r.out_dir = o.out_dir;
-  r.model = hf_config_from_tessera(cfg);
-  r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
-  check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
-  const DType dtype = dtype_from_name(r.dtype);
-  const ModelSpec spec = spec_of(cfg);
-  const std::map<std::string, Shape> params = model_params(spec);
+namespace {
 
-  // The file must hold exactly this model's parameters, in float32 (as a checkpoint load checks).
-  const SafetensorsFile file(params_path.string());
+// The file must hold exactly the model's parameters, in float32 (what a checkpoint load checks).
+void check_params_file(const SafetensorsFile& file, const std::map<std::string, Shape>& params) {
   for (const auto& [name, shape] : params) {
     if (!file.contains(name))
       fail(ErrorKind::kConfig,
-           "{}: has no tensor '{}', a parameter of the configured model (shape {}); is the config "
-           "that of another model?",
+           "{}: has no tensor '{}', a parameter of the configured model (shape {}); is the config that of "
+           "another "
+           "model?",
            file.path(), name, shape.str());
     const Tensor t = file.get(name);
     if (t.dtype() != DType::kF32)
@@ -429,7 +423,15 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
     if (!params.count(name))
       fail(ErrorKind::kConfig, "{}: tensor '{}' is not a parameter of the configured model", file.path(),
            name);
+}
 
+// Writes the parameters of `file` into `dir` in Hugging Face's names, layout and `dtype`: one
+// model.safetensors, or shards of at most `max_bytes` and their index. One shard is in memory at
+// a time. Adds the files and counts to `r`.
+void write_hf_weights(const SafetensorsFile& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
+                      const fs::path& dir, ConvertReport& r) {
+  const std::map<std::string, Shape> params = model_params(spec);
+  check_params_file(file, params);
   const std::vector<HfName> names = llama_hf_names(spec);
   std::vector<HfTensor> all;
   for (const HfName& m : names) {
@@ -439,7 +441,7 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
     r.params += s.numel();
   }
   r.tensors = static_cast<int64_t>(all.size());
-  const std::vector<std::vector<HfTensor>> shards = plan_shards(all, o.max_shard_bytes);
+  const std::vector<std::vector<HfTensor>> shards = plan_shards(all, max_bytes);
   json weight_map = json::object();
   uint64_t total = 0;
   for (size_t k = 0; k < shards.size(); ++k) {
@@ -457,19 +459,42 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
       total += t.bytes;
     }
     // transformers refuses safetensors files without format metadata.
-    write_safetensors((out.path() / shard_name).string(), tensors, {{"format", "pt"}});
+    write_safetensors((dir / shard_name).string(), tensors, {{"format", "pt"}});
     r.files.push_back(shard_name);
   }
-  if (shards.size() > 1) {
-    const json index = {{"metadata", {{"total_size", total}, {"total_parameters", r.params}}},
-                        {"weight_map", weight_map}};
-    data::write_file(out.path() / kHfIndex, index.dump(2) + "\n");
-    r.files.push_back(kHfIndex);
+  if (shards.size() == 1) return;
+  const json index = {{"metadata", {{"total_size", total}, {"total_parameters", r.params}}},
+                      {"weight_map", weight_map}};
+  data::write_file(dir / kHfIndex, index.dump(2) + "\n");
+  r.files.push_back(kHfIndex);
+}
+
+}  // namespace
+
+ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
+  StagedFolder out(o.out_dir);
+  json manifest;
+  fs::path params_path = o.checkpoint;
+  if (fs::is_directory(o.checkpoint)) {
+    manifest = train::verify_checkpoint(o.checkpoint);
+    params_path = o.checkpoint / train::kParamsFile;
+  } else if (!fs::is_regular_file(o.checkpoint)) {
+    fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", o.checkpoint.string());
   }
+  const Config cfg = checkpoint_config(o, manifest, out.path());
+  ConvertReport r;
+  r.out_dir = o.out_dir;
+  r.model = hf_config_from_tessera(cfg);
+  r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
+  check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
+  write_hf_weights(SafetensorsFile(params_path.string()), spec_of(cfg), dtype_from_name(r.dtype),
+                   o.max_shard_bytes, out.path(), r);
+  // A checkpoint converted from Hugging Face keeps its config.json in the manifest, whose token ids
+  // and context length carry over while the model is the same.
   json source = manifest.is_object() && manifest.contains("source") && manifest["source"].is_object()
                     ? manifest["source"].value("config", json())
                     : json();
-  if (!same_model(source, r.model)) source = json();  // its token ids etc. belong to another model
+  if (!same_model(source, r.model)) source = json();
   data::write_file(out.path() / kHfConfig,
                    hf_config_json(r.model, r.dtype, source, cfg.max_target_length).dump(2) + "\n");
   r.files.push_back(kHfConfig);
