@@ -28,6 +28,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/data/files.h"
+#include "tessera/data/tokenizer.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/hf_config.h"
 #include "tessera/models/llama.h"
@@ -311,6 +312,29 @@ struct BrokenCopy {
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+TEST(Import, CopiesTheTokenizerAndPointsModelYamlAtIt) {
+  TempDir tmp;
+  // Byte-level BPE files (Llama 3's kind): the folder becomes a huggingface tokenizer path.
+  BrokenCopy bpe(tmp, "llama_tied");
+  const fs::path fixture = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
+  for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(fixture / f, bpe.dir / f);
+  const models::ConvertReport r = to_tessera(bpe.dir, tmp / "bpe");
+  EXPECT_EQ(r.files, (std::vector<std::string>{"params.safetensors", "manifest.json", "model.yml",
+                                               "vocab.json", "merges.txt"}));
+  const Config cfg = converted_config(tmp / "bpe");
+  EXPECT_EQ(cfg.tokenizer_type, "huggingface");
+  EXPECT_EQ(fs::path(cfg.tokenizer_path), fs::absolute(tmp / "bpe"));
+  EXPECT_FALSE(data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path)->encode("hello world").empty());
+  // tokenizer.model (SentencePiece: Llama 2, Mistral) is preferred and copied as it is.
+  data::write_file(bpe.dir / "tokenizer.model", "sentencepiece bytes");
+  to_tessera(bpe.dir, tmp / "sp");
+  const Config sp = converted_config(tmp / "sp");
+  EXPECT_EQ(sp.tokenizer_type, "sentencepiece");
+  EXPECT_EQ(fs::path(sp.tokenizer_path), fs::absolute(tmp / "sp" / "tokenizer.model"));
+  EXPECT_EQ(data::read_file(sp.tokenizer_path), "sentencepiece bytes");
+  EXPECT_FALSE(fs::exists(tmp / "sp" / "vocab.json"));
 }
 
 TEST(ImportErrors, MissingTensorNamesItAndTheFile) {

@@ -39,13 +39,18 @@ void fsync_path(const fs::path& p) {
   if (rc != 0) fail(ErrorKind::kIo, "{}: fsync failed: {}", p.string(), std::strerror(err));
 }
 
+// `dir` without a trailing separator ("out/" -> "out"), so that "<dir>.tmp" is its sibling.
+fs::path folder_path(const fs::path& dir) {
+  fs::path p = dir.lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
+}
+
 // The output folder, written as OUT_DIR.tmp/ and renamed into place by commit(); removed when
 // destroyed uncommitted (an error on the way), so OUT_DIR is complete or absent.
 class StagedFolder {
  public:
   explicit StagedFolder(const fs::path& out_dir) {
-    final_ = out_dir.lexically_normal();
-    if (!final_.has_filename()) final_ = final_.parent_path();  // "out/" -> "out"
+    final_ = folder_path(out_dir);
     if (final_.empty()) fail(ErrorKind::kConfig, "the output folder is empty");
     tmp_ = final_.string() + ".tmp";
     std::error_code ec;
@@ -184,6 +189,38 @@ void check_extras(const HfCheckpoint& hf, const HfLlamaConfig& model, const std:
          "drop weights it does not know",
          hf.file_of(name), name, describe(model));
   }
+}
+
+// The tokenizer of the HF folder, copied beside the checkpoint, as config lines for model.yml:
+// tokenizer.model (SentencePiece: Llama 2, Mistral) first, else tokenizer.json or vocab.json +
+// merges.txt (byte-level BPE: Llama 3) with tokenizer_config.json (BOS/EOS ids). The path is
+// absolute: config paths are read relative to the working directory, not to the config file.
+std::string copy_tokenizer(const fs::path& hf_dir, const fs::path& staged, const fs::path& final_dir,
+                           ConvertReport& r) {
+  std::vector<std::string> files;
+  std::string type, path;
+  if (fs::is_regular_file(hf_dir / "tokenizer.model")) {
+    files = {"tokenizer.model"};
+    type = "sentencepiece";
+    path = (final_dir / "tokenizer.model").string();
+  } else if (fs::is_regular_file(hf_dir / "tokenizer.json") ||
+             (fs::is_regular_file(hf_dir / "vocab.json") && fs::is_regular_file(hf_dir / "merges.txt"))) {
+    for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"})
+      if (fs::is_regular_file(hf_dir / f)) files.push_back(f);
+    type = "huggingface";
+    path = final_dir.string();
+  } else {
+    r.notes.push_back(
+        "no tokenizer files in the Hugging Face folder: set tokenizer_type and tokenizer_path to "
+        "decode or train on text");
+    return "";
+  }
+  for (const std::string& f : files) {
+    data::write_file(staged / f, data::read_file(hf_dir / f));
+    r.files.push_back(f);
+  }
+  // A JSON string is a valid YAML double-quoted scalar, whatever the path holds.
+  return fmt::format("tokenizer_type: {}\ntokenizer_path: {}\n", type, json(path).dump());
 }
 
 }  // namespace
@@ -325,14 +362,16 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
   r.dtype = compute_dtype(o.dtype, hf.config(), r.notes);
 
   // model.yml first: the config it loads to is the one the checkpoint is checked against.
-  const fs::path yml = out.path() / kModelYaml, abs_out = fs::absolute(o.out_dir);
+  const fs::path yml = out.path() / kModelYaml, abs_out = fs::absolute(folder_path(o.out_dir));
+  r.files = {train::kParamsFile, train::kManifestFile, kModelYaml};
+  const std::string tokenizer = copy_tokenizer(o.hf_dir, out.path(), abs_out, r);
   data::write_file(
       yml, fmt::format("# Model keys of the Hugging Face checkpoint {}\n# ({}),\n"
                        "# written by `tessera convert`. Use:\n"
                        "#   tessera train {} load_parameters_path={} run_name=NAME [key=value ...]\n",
                        fs::absolute(o.hf_dir).string(), describe(r.model), (abs_out / kModelYaml).string(),
                        abs_out.string()) +
-               tessera_model_yaml(r.model, r.dtype));
+               tessera_model_yaml(r.model, r.dtype) + tokenizer);
   const Config cfg = load_config(yml, {});
   std::vector<std::vector<float>> storage;
   const std::vector<NamedTensor> tensors = import_tensors(hf, spec_of(cfg), storage, r);
@@ -343,7 +382,6 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
   data::write_file(out.path() / train::kManifestFile, manifest.dump(2) + "\n");
   train::verify_checkpoint(out.path());  // what load_parameters_path checks before reading
   out.commit();
-  r.files = {train::kParamsFile, train::kManifestFile, kModelYaml};
   return r;
 }
 

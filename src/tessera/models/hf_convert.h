@@ -7,9 +7,12 @@
 //                       bfloat16 widens exactly)
 //   manifest.json       a Tessera checkpoint manifest (step 0, size and CRC32C of params.safetensors,
 //                       the resolved config), plus "source": the HF folder and its config.json
-//   model.yml           the model's config keys, so that
+//   model.yml           the model's config keys (and the tokenizer's), so that
 //                         tessera train OUT_DIR/model.yml load_parameters_path=OUT_DIR run_name=...
 //                       runs the converted model with no edits
+//   tokenizer files     copied when present: tokenizer.model (SentencePiece: Llama 2, Mistral),
+//                       else tokenizer.json or vocab.json + merges.txt, with tokenizer_config.json
+//                       (byte-level BPE: Llama 3); model.yml points at them by absolute path
 // Every tensor the model needs must be present with its shape (float32 or bfloat16). HF tensors
 // known to be redundant are skipped: rotary inv_freq buffers, and lm_head.weight of a tied model
 // when it equals the embedding; any other extra tensor is an error.
@@ -28,8 +31,8 @@
 //
 // Memory: HF -> Tessera holds the converted f32 parameters (4 bytes each; tensors that need no
 // change are written from the mapped input); Tessera -> HF holds one output shard at a time.
-// Left out: PyTorch .bin weights, float16 tensors (core's safetensors reader has no F16),
-// tokenizer files (not copied; see docs/convert.md), other families (Mixtral, Gemma, Qwen, ...).
+// Left out: PyTorch .bin weights, float16 tensors (core's safetensors reader has no F16), the
+// tokenizer on the way back to Hugging Face, other families (Mixtral, Gemma, Qwen, ...).
 #pragma once
 
 #include <cstdint>
