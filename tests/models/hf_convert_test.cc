@@ -31,6 +31,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/hf_config.h"
+#include "tessera/models/hf_llama.h"
 #include "tessera/models/llama.h"
 #include "tessera/train/checkpoint.h"
 #include "tessera/train/trainer.h"
@@ -86,6 +87,10 @@ std::string error_of(F&& f, ErrorKind kind) {
   }
   ADD_FAILURE() << "no error thrown";
   return "";
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
 }
 
 // Tessera's float32 logits [B*T*V] for `tokens` [B, T] of the model `cfg` loaded from `checkpoint`.
@@ -266,6 +271,43 @@ TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
             data::read_file(tmp / "t2" / "params.safetensors"));
 }
 
+// The layout conversions against a direct loop, on sizes that leave partial 64 x 64 tiles.
+TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 7}, {67, 130}, {130, 67}, {129, 65}}) {
+    SCOPED_TRACE(fmt::format("{} x {}", rows, cols));
+    testing::OwnedTensor hf(Shape{rows, cols}, DType::kF32), hf_bf16(Shape{rows, cols}, DType::kBF16);
+    const std::vector<double> v = testing::fill_uniform(hf, 3), vb = testing::fill_uniform(hf_bf16, 4);
+    testing::OwnedTensor t(Shape{cols, rows}, DType::kF32), plain(Shape{rows, cols}, DType::kF32);
+    // Import: [out, in] -> [in, out], from float32 and from bfloat16 (exact).
+    models::hf_to_tessera_tensor(hf, true, t, "f", "w");
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], v[r * cols + c]);
+    models::hf_to_tessera_tensor(hf_bf16, true, t, "f", "w");
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], vb[r * cols + c]);
+    models::hf_to_tessera_tensor(hf_bf16, false, plain, "f", "w");
+    EXPECT_EQ(testing::to_vector(plain), vb);
+    // Export: back to [out, in] in float32 (exact) and bfloat16 (nearest even).
+    testing::OwnedTensor back(Shape{rows, cols}, DType::kF32), back_bf16(Shape{rows, cols}, DType::kBF16);
+    models::hf_to_tessera_tensor(hf, true, t, "f", "w");
+    models::tessera_to_hf_tensor(t, true, back);
+    EXPECT_EQ(testing::to_vector(back), v);
+    models::tessera_to_hf_tensor(t, true, back_bf16);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      ASSERT_EQ(back_bf16.t.ptr<uint16_t>()[i], f32_to_bf16(static_cast<float>(v[i])));
+  }
+  // Shape and dtype errors name the file and the tensor.
+  testing::OwnedTensor a(Shape{3, 4}, DType::kF32), b(Shape{3, 4}, DType::kF32),
+      i32(Shape{4, 3}, DType::kI32);
+  EXPECT_TRUE(has(
+      error_of([&] { models::hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+      "x.safetensors: tensor 'w' has shape [3, 4], but the model needs [4, 3]"));
+  EXPECT_TRUE(has(
+      error_of([&] { models::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+      "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
+}
+
 TEST(ByteSize, ReadsTransformersUnits) {
   EXPECT_EQ(models::parse_byte_size("5GB"), 5'000'000'000u);
   EXPECT_EQ(models::parse_byte_size("500MB"), 500'000'000u);
@@ -309,10 +351,6 @@ struct BrokenCopy {
     return error_of([&] { to_tessera(dir, tmp / "out"); }, kind);
   }
 };
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 TEST(Import, CopiesTheTokenizerAndPointsModelYamlAtIt) {
   TempDir tmp;

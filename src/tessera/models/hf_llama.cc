@@ -31,34 +31,66 @@ std::vector<HfName> llama_hf_names(const ModelSpec& s) {
 
 namespace {
 
-float element(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i]) : t.ptr<float>()[i];
+inline float widen(float v) {
+  return v;
+}
+inline float widen(uint16_t v) {
+  return bf16_to_f32(v);
+}
+template <typename D>
+D narrow(float v);
+template <>
+inline float narrow<float>(float v) {
+  return v;
+}
+template <>
+inline uint16_t narrow<uint16_t>(float v) {
+  return f32_to_bf16(v);
 }
 
-void store(const Tensor& t, int64_t i, float v) {
-  if (t.dtype() == DType::kBF16)
-    t.ptr<uint16_t>()[i] = f32_to_bf16(v);
-  else
-    t.ptr<float>()[i] = v;
-}
-
-// dst[c, r] = src[r, c] for src [rows, cols], converting element types on the way. Tiles of
-// kTile x kTile keep both the strided reads and the writes within a few pages of cache.
-void transpose_convert(const Tensor& src, const Tensor& dst, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 32;
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
+// dst[c, r] = src[r, c] for src [rows, cols], converting the element type (S, D: float for f32,
+// uint16_t for bf16). Tiles of kTile x kTile: within one, the reads of a src row and the writes of
+// a dst row stay in 2 KiB of each matrix, so the strided side hits cache; the typed inner loop
+// lets the compiler vectorise the conversion.
+template <typename S, typename D>
+void transpose_tiles(const S* src, D* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 64;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (int64_t{1} << 16))
   for (int64_t rt = 0; rt < row_tiles; ++rt)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t r = rt * kTile; r < std::min(rows, (rt + 1) * kTile); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-          store(dst, c * rows + r, element(src, r * cols + c));
+    for (int64_t ct = 0; ct < col_tiles; ++ct) {
+      const int64_t r0 = rt * kTile, r1 = std::min(rows, r0 + kTile);
+      const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = narrow<D>(widen(src[r * cols + c]));
+    }
 }
 
-void copy_convert(const Tensor& src, const Tensor& dst) {
-  const int64_t n = src.numel();
-#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) store(dst, i, element(src, i));
+template <typename S, typename D>
+void copy_elements(const S* src, D* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(widen(src[i]));
+}
+
+// dst = src (transposed when `transpose`, as [rows, cols] -> [cols, rows]) for the element types
+// the conversions need: f32 -> f32, bf16 -> f32, f32 -> bf16.
+template <typename S, typename D>
+void convert_as(const Tensor& src, const Tensor& dst, bool transpose) {
+  if (transpose)
+    transpose_tiles(src.ptr<S>(), dst.ptr<D>(), src.dim(0), src.dim(1));
+  else
+    copy_elements(src.ptr<S>(), dst.ptr<D>(), src.numel());
+}
+
+void convert_layout(const Tensor& src, const Tensor& dst, bool transpose) {
+  const bool src_bf16 = src.dtype() == DType::kBF16, dst_bf16 = dst.dtype() == DType::kBF16;
+  TESSERA_ASSERT(!(src_bf16 && dst_bf16));
+  if (src_bf16)
+    convert_as<uint16_t, float>(src, dst, transpose);
+  else if (dst_bf16)
+    convert_as<float, uint16_t>(src, dst, transpose);
+  else
+    convert_as<float, float>(src, dst, transpose);
 }
 
 }  // namespace
@@ -73,18 +105,13 @@ void hf_to_tessera_tensor(const Tensor& src, bool transpose, const Tensor& dst, 
   if (!(src.shape() == want))
     fail(ErrorKind::kConfig, "{}: tensor '{}' has shape {}, but the model needs {}", file, name,
          src.shape().str(), want.str());
-  if (transpose)
-    transpose_convert(src, dst, src.dim(0), src.dim(1));  // src [out, in] -> dst [in, out]
-  else
-    copy_convert(src, dst);
+  convert_layout(src, dst, transpose);  // src [out, in] -> dst [in, out] when transposed
 }
 
 void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst) {
   TESSERA_ASSERT(src.dtype() == DType::kF32 && dst.numel() == src.numel() && (!transpose || src.rank() == 2));
-  if (transpose)
-    transpose_convert(src, dst, src.dim(0), src.dim(1));  // src [in, out] -> dst [out, in]
-  else
-    copy_convert(src, dst);
+  TESSERA_ASSERT(dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16);
+  convert_layout(src, dst, transpose);  // src [in, out] -> dst [out, in] when transposed
 }
 
 void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file,
