@@ -30,6 +30,10 @@ constexpr const char* kHfSingle = "model.safetensors";
 constexpr const char* kHfIndex = "model.safetensors.index.json";
 constexpr const char* kModelYaml = "model.yml";
 
+// Converted tensors' bytes: left uninitialised (every byte is written by the conversion), so the
+// pages are touched once, by the conversion, not first by a zero fill.
+using Buffer = std::unique_ptr<uint8_t[]>;
+
 void fsync_path(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open to fsync: {}", p.string(), std::strerror(errno));
@@ -323,7 +327,7 @@ namespace {
 // tensor that needs no change is a view into its mapped file; the others are converted into
 // `storage`. Counts go to `r`; extra HF tensors are checked by check_extras.
 std::vector<NamedTensor> import_tensors(const HfCheckpoint& hf, const ModelSpec& spec,
-                                        std::vector<std::vector<float>>& storage, ConvertReport& r) {
+                                        std::vector<Buffer>& storage, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
   std::vector<NamedTensor> tensors;
   std::set<std::string> used;
@@ -341,8 +345,8 @@ std::vector<NamedTensor> import_tensors(const HfCheckpoint& hf, const ModelSpec&
       tensors.push_back({m.tessera, src});
       continue;
     }
-    storage.emplace_back(static_cast<size_t>(shape.numel()));
-    const Tensor dst(storage.back().data(), shape, DType::kF32);
+    storage.push_back(std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(shape.numel()) * 4));
+    const Tensor dst(storage.back().get(), shape, DType::kF32);
     hf_to_tessera_tensor(src, m.transpose, dst, hf.file_of(m.hf), m.hf);
     tensors.push_back({m.tessera, dst});
   }
@@ -373,7 +377,7 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
                        abs_out.string()) +
                tessera_model_yaml(r.model, r.dtype) + tokenizer);
   const Config cfg = load_config(yml, {});
-  std::vector<std::vector<float>> storage;
+  std::vector<Buffer> storage;
   const std::vector<NamedTensor> tensors = import_tensors(hf, spec_of(cfg), storage, r);
 
   const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", "0"}};
@@ -486,11 +490,11 @@ void write_hf_weights(const SafetensorsFile& file, const ModelSpec& spec, DType 
     const std::string shard_name =
         shards.size() == 1 ? kHfSingle
                            : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-    std::vector<std::vector<uint8_t>> storage;
+    std::vector<Buffer> storage;
     std::vector<NamedTensor> tensors;
     for (const HfTensor& t : shards[k]) {
-      storage.emplace_back(t.bytes);
-      const Tensor dst(storage.back().data(), t.shape, dtype);
+      storage.push_back(std::make_unique_for_overwrite<uint8_t[]>(t.bytes));
+      const Tensor dst(storage.back().get(), t.shape, dtype);
       tessera_to_hf_tensor(file.get(t.name->tessera), t.name->transpose, dst);
       tensors.push_back({t.name->hf, dst});
       weight_map[t.name->hf] = shard_name;
