@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string_view>
@@ -15,82 +16,40 @@ namespace {
 
 using nlohmann::json;
 
+// Llama 3.1's context (its config.json's max_position_embeddings): 16 x the original 8192.
+constexpr int64_t kLlama31Context = 131072;
+
 // Fields that neither change the weights nor the forward pass: generic PretrainedConfig
 // attributes (generation defaults of transformers 4 included), token ids, sizes used for caches.
-const std::set<std::string_view>& harmless_fields() {
-  static const std::set<std::string_view> fields = {"_name_or_path",
-                                                    "_commit_hash",
-                                                    "_attn_implementation",
-                                                    "_attn_implementation_autoset",
-                                                    "transformers_version",
-                                                    "architectures",
-                                                    "model_type",
-                                                    "dtype",
-                                                    "torch_dtype",
-                                                    "use_bfloat16",
-                                                    "bos_token_id",
-                                                    "eos_token_id",
-                                                    "pad_token_id",
-                                                    "sep_token_id",
-                                                    "decoder_start_token_id",
-                                                    "max_position_embeddings",
-                                                    "initializer_range",
-                                                    "use_cache",
-                                                    "pretraining_tp",
-                                                    "tokenizer_class",
-                                                    "return_dict",
-                                                    "output_hidden_states",
-                                                    "output_attentions",
-                                                    "torchscript",
-                                                    "tf_legacy_loss",
-                                                    "chunk_size_feed_forward",
-                                                    "id2label",
-                                                    "label2id",
-                                                    "num_labels",
-                                                    "problem_type",
-                                                    "finetuning_task",
-                                                    "prefix",
-                                                    "task_specific_params",
-                                                    "max_length",
-                                                    "min_length",
-                                                    "do_sample",
-                                                    "early_stopping",
-                                                    "num_beams",
-                                                    "num_beam_groups",
-                                                    "diversity_penalty",
-                                                    "temperature",
-                                                    "top_k",
-                                                    "top_p",
-                                                    "typical_p",
-                                                    "repetition_penalty",
-                                                    "length_penalty",
-                                                    "no_repeat_ngram_size",
-                                                    "encoder_no_repeat_ngram_size",
-                                                    "bad_words_ids",
-                                                    "num_return_sequences",
-                                                    "output_scores",
-                                                    "return_dict_in_generate",
-                                                    "forced_bos_token_id",
-                                                    "forced_eos_token_id",
-                                                    "remove_invalid_values",
-                                                    "exponential_decay_length_penalty",
-                                                    "suppress_tokens",
-                                                    "begin_suppress_tokens",
-                                                    "tie_encoder_decoder",
-                                                    "cross_attention_hidden_size"};
-  return fields;
-}
+constexpr std::string_view kHarmlessFields =
+    "_name_or_path _commit_hash _attn_implementation _attn_implementation_autoset "
+    "transformers_version architectures model_type dtype torch_dtype use_bfloat16 bos_token_id "
+    "eos_token_id pad_token_id sep_token_id decoder_start_token_id max_position_embeddings "
+    "initializer_range use_cache pretraining_tp tokenizer_class return_dict output_hidden_states "
+    "output_attentions torchscript tf_legacy_loss chunk_size_feed_forward id2label label2id "
+    "num_labels problem_type finetuning_task prefix task_specific_params max_length min_length "
+    "do_sample early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p "
+    "typical_p repetition_penalty length_penalty no_repeat_ngram_size "
+    "encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores "
+    "return_dict_in_generate forced_bos_token_id forced_eos_token_id remove_invalid_values "
+    "exponential_decay_length_penalty suppress_tokens begin_suppress_tokens tie_encoder_decoder "
+    "cross_attention_hidden_size";
 
-// The fields parse_hf_config reads; with harmless_fields(), everything a config may hold.
-const std::set<std::string_view>& model_fields() {
-  static const std::set<std::string_view> fields = {
-      "hidden_size",         "intermediate_size",  "num_hidden_layers", "num_attention_heads",
-      "num_key_value_heads", "head_dim",           "vocab_size",        "rms_norm_eps",
-      "rope_theta",          "rope_scaling",       "rope_parameters",   "tie_word_embeddings",
-      "sliding_window",      "hidden_act",         "attention_bias",    "mlp_bias",
-      "attention_dropout",   "is_encoder_decoder", "is_decoder",        "add_cross_attention",
-      "pruned_heads",        "quantization_config"};
-  return fields;
+// The fields parse_hf_config reads; with kHarmlessFields, everything a config may hold.
+constexpr std::string_view kModelFields =
+    "hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+    "head_dim vocab_size rms_norm_eps rope_theta rope_scaling rope_parameters tie_word_embeddings "
+    "sliding_window hidden_act attention_bias mlp_bias attention_dropout is_encoder_decoder "
+    "is_decoder add_cross_attention pruned_heads quantization_config";
+
+// Whether the space-separated `list` holds `key`.
+bool listed(std::string_view list, std::string_view key) {
+  for (size_t pos = 0; pos < list.size();) {
+    const size_t end = std::min(list.find(' ', pos), list.size());
+    if (list.substr(pos, end - pos) == key) return true;
+    pos = end + 1;
+  }
+  return false;
 }
 
 // Reads config.json fields with errors that name the file and the field.
@@ -216,7 +175,7 @@ HfLlamaConfig parse_hf_config(const json& j, const std::string& path) {
                fmt::format("not supported: Tessera converts [\"{}\"] for model_type {}", want, c.model_type));
   }
   for (const auto& [key, value] : j.items())
-    if (!harmless_fields().count(key) && !model_fields().count(key))
+    if (!listed(kHarmlessFields, key) && !listed(kModelFields, key))
       r.refuse(key.c_str(), fmt::format("a field Tessera does not know for model_type {}; it may change the "
                                         "model, so the conversion stops",
                                         c.model_type));
@@ -259,7 +218,7 @@ HfLlamaConfig parse_hf_config(const json& j, const std::string& path) {
       c.sliding_window = 4096;
     else if (!j["sliding_window"].is_null())
       c.sliding_window = r.integer("sliding_window");
-  } else if (j.contains("sliding_window")) {
+  } else if (r.has("sliding_window")) {
     r.refuse("sliding_window", "not supported for model_type llama (transformers' Llama has no window)");
   }
   return c;
@@ -361,7 +320,7 @@ json hf_config_json(const HfLlamaConfig& hf, const std::string& dtype, const jso
   }
   j["torch_dtype"] = dtype;
   j["max_position_embeddings"] =
-      hf.llama3_rope_scaling ? std::max<int64_t>(max_positions, 131072) : max_positions;
+      hf.llama3_rope_scaling ? std::max(max_positions, kLlama31Context) : max_positions;
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   if (source.is_object())
