@@ -21,7 +21,7 @@ and for each <name>/ a <name>.logits.safetensors with
                             transformers loads it (a bfloat16 checkpoint is upcast exactly)
 
 The Llama 3.1 scaling constants are the ones Tessera's rope_type=llama3.1 uses (MaxText's). All
-dimensions are tiny and odd-sized (the files total about 200 KB).
+dimensions are tiny and odd-sized (the files total about 260 KB).
 
 Run with a Python that has torch, transformers and safetensors (never needed by Tessera itself):
     /work/venv-tools/bin/python tools/make_convert_golden.py
