@@ -61,7 +61,11 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 // (scripts/prepare_corpus.sh downloads and unpacks them).
 int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out);
 
-// decode, serve, ...: load and validate the config, apply num_threads, write the resolved config
+// `tessera serve CONFIG [k=v ...]`: the OpenAI-compatible HTTP server (cmd_serve.cc) until SIGINT
+// or SIGTERM; the address and one line per request go to `out`.
+int serve(const ConfigArgs& args, std::ostream& out);
+
+// decode, compile, ...: load and validate the config, apply num_threads, write the resolved config
 // to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
 // (exit 3), never a silent success.
 int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,

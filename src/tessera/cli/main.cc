@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("prepare-corpus", "Convert unpacked Debian packages into the pd-en corpus (see scripts/prepare_corpus.sh).");
   corpus_cmd->add_option("UNPACKED_DIR", unpacked_dir, "folder holding the unpacked .deb files")->required();
   corpus_cmd->add_option("OUT_DIR", corpus_out, "folder to write train/ and validation/ into")->required();
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve", "Serve OpenAI-compatible completions over HTTP (needs load_parameters_path and tokenizer_path).");
+  add_config_args(serve_cmd, args);
   std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
   for (const PlannedCommand& c : planned_commands()) {
     CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
         if (tok_cmd->parsed()) return train_tokenizer(args, std::cout);
         if (prep_cmd->parsed()) return prepare_data(args, std::cout, std::cerr);
         if (corpus_cmd->parsed()) return prepare_corpus(unpacked_dir, corpus_out, std::cout);
+        if (serve_cmd->parsed()) return serve(args, std::cout);
         for (const auto& [sub, command] : planned)
           if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
         return kExitUsage;  // unreachable: CLI11 requires one subcommand

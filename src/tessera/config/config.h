@@ -226,6 +226,13 @@ struct Config {
   std::string tokenizer_model_type;
   bool tokenizer_byte_fallback;
 
+  // server (`tessera serve`; schema: add_server_keys)
+  std::string server_host;
+  int64_t server_port;
+  int64_t server_max_queued_requests;
+  int64_t server_max_request_bytes;
+  double server_timeout_seconds;
+
   // ---- derived: filled by finalize_config() from the keys above; not keys, never parsed ----
   int64_t emb_dim;                                    // base_emb_dim scaled by global_parameter_scale
   int64_t num_query_heads;                            // base_num_query_heads scaled
