@@ -102,7 +102,16 @@ def main():
 
     @check
     def four_concurrent_streams():
-        prompts = ["the cat", "a dog ran", "hello", "one two three"]
+        # A decode step of the test model takes tens of microseconds, so short requests sent "at
+        # once" may still be served one after another. The first stream is therefore long (most
+        # of the context) and the other three start once its first chunk has arrived: they join
+        # its batch while it runs, which is what the server must show in max_decode_batch.
+        long_tokens = context - max_prompt
+        first = client.completions.create(model=model, prompt="the cat", max_tokens=long_tokens, temperature=0,
+                                          stream=True, stream_options={"include_usage": True})
+        chunks = iter(first)
+        head = next(chunks)
+        prompts = ["a dog ran", "hello", "one two three"]
         results = [None] * len(prompts)
         start = threading.Barrier(len(prompts))
 
@@ -118,15 +127,17 @@ def main():
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
         for t in threads:
             t.start()
+        text, reasons, usage, _ = stream_text(chunks, chat=False)
         for t in threads:
             t.join(60)
-        for i, r in enumerate(results):
+        results.append((head.choices[0].text + text, reasons, usage, 0))
+        for i, (limit, r) in enumerate(zip([24, 24, 24, long_tokens], results)):
             assert not isinstance(r, Exception) and r is not None, f"stream {i}: {r!r}"
-            text, reasons, usage, n = r
+            text, reasons, usage, _ = r
             assert len(reasons) == 1 and reasons[0] in ("stop", "length"), reasons
-            assert usage is not None and 1 <= usage.completion_tokens <= 24
+            assert usage is not None and 1 <= usage.completion_tokens <= limit, usage
             if reasons[0] == "length":
-                assert usage.completion_tokens == 24
+                assert usage.completion_tokens == limit, usage
         h = health()
         assert h["max_decode_batch"] >= 2, f"the streams were never decoded together: {h}"
         assert h["active"] == 0 and h["queued"] == 0, h
