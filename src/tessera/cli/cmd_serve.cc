@@ -18,6 +18,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/infer/llama_engine.h"
+#include "tessera/infer/sampling.h"
 #include "tessera/infer/server/http.h"
 #include "tessera/infer/server/scheduler.h"
 #include "tessera/infer/server/service.h"
@@ -38,9 +39,14 @@ int slots_from(const Config& cfg) {
   return static_cast<int>(b);
 }
 
-// The config's decode_sampling_* as the defaults of a request that leaves sampling out.
+// The config's decode_sampling_* as the defaults of a request that leaves sampling out; checked
+// here so that a bad combination stops the server at start-up, not every request.
 void sampling_defaults(const Config& cfg, server::ServiceOptions& o) {
   const std::string& s = cfg.decode_sampling_strategy;
+  infer::validate({.strategy = s,
+                   .temperature = cfg.decode_sampling_temperature,
+                   .nucleus_p = cfg.decode_sampling_nucleus_p,
+                   .top_k = cfg.decode_sampling_top_k});
   o.temperature = s == "greedy" ? 0.0 : cfg.decode_sampling_temperature;
   o.top_p = (s == "nucleus" || s == "composite") && cfg.decode_sampling_nucleus_p > 0
                 ? cfg.decode_sampling_nucleus_p
