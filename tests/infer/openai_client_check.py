@@ -106,7 +106,7 @@ def main():
         # once" may still be served one after another. The first stream is therefore long (most
         # of the context) and the other three start once its first chunk has arrived: they join
         # its batch while it runs, which is what the server must show in max_decode_batch.
-        long_tokens = context - max_prompt
+        long_tokens = min(context - max_prompt, 1000)
         first = client.completions.create(model=model, prompt="the cat", max_tokens=long_tokens, temperature=0,
                                           stream=True, stream_options={"include_usage": True})
         chunks = iter(first)

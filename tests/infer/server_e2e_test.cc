@@ -144,7 +144,7 @@ int shell(const std::string& cmd, std::string& out) {
 }
 
 constexpr int kPromptLimit = 64;  // max_prefill_predict_length
-constexpr int kContext = 1024;    // max_target_length
+constexpr int kContext = 4096;    // max_target_length
 
 class ServerE2e : public ::testing::Test {
  protected:
@@ -233,6 +233,26 @@ TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
     EXPECT_EQ(code, 0) << out;
   }
 
+  // A client that leaves in the middle of a long stream: its request is cancelled and its slot
+  // freed long before max_tokens (the server's log line says how far it got).
+  const int kLong = kContext - kPromptLimit;
+  {
+    const int fd = connect_to(port);
+    const std::string req =
+        post("/v1/completions", fmt::format(R"({{"model": "llama-test", "prompt": "Bye", "max_tokens": {},
+                                                "stream": true}})",
+                                            kLong));
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::string got;
+    char buf[4096];
+    while (got.find("data: ") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      ASSERT_GT(n, 0) << got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+  }
+
   // SIGTERM with a stream in flight: the stream finishes, then the server exits 0.
   const int fd = connect_to(port);
   const std::string req =
@@ -257,6 +277,11 @@ TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
   server_.pid = -1;
   EXPECT_NE(text.find("tessera serve: stopped"), std::string::npos) << text;
   EXPECT_NE(text.find("POST /v1/completions (stream)"), std::string::npos) << text;  // the request log
+  std::smatch gone;
+  ASSERT_TRUE(
+      std::regex_search(text, gone, std::regex("completion=([0-9]+) finish=cancelled \\(client gone\\)")))
+      << text;
+  EXPECT_LT(std::stoi(gone[1]), kLong) << text;
 
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }

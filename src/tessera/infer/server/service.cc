@@ -23,6 +23,22 @@ void send_error(Responder& out, const ApiError& e, std::string_view extra_header
   out.send(e.status, kJson, error_body(e), extra_headers);
 }
 
+// For the log: every reason, by name.
+std::string_view reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+    default:
+      return "running";
+  }
+}
+
 }  // namespace
 
 std::string_view finish_reason_name(FinishReason reason) {
@@ -174,12 +190,16 @@ void Service::generate(const HttpRequest& http, Endpoint endpoint, Responder& ou
   else
     answer_whole(request, *state, id, out);
   if (options_.log) {
+    // A request whose client left is finished by the scheduler at its next step: wait for that
+    // (briefly) so that the line tells how far it got.
+    std::string rest;
+    for (int i = 0; i < 40 && !state->wait(rest, kPollInterval); ++i) {
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::string_view reason =
-        state->cancelled() ? "client-gone" : finish_reason_name(state->finish_reason());
-    options_.log(fmt::format("{} {}{} prompt={} completion={} finish={} {:.2f} s", http.method, http.path,
+    options_.log(fmt::format("{} {}{} prompt={} completion={} finish={}{} {:.2f} s", http.method, http.path,
                              request.stream ? " (stream)" : "", state->prompt_tokens(),
-                             state->completion_tokens(), reason.empty() ? "error" : reason, seconds));
+                             state->completion_tokens(), reason_name(state->finish_reason()),
+                             state->cancelled() ? " (client gone)" : "", seconds));
   }
 }
 
