@@ -408,7 +408,12 @@ void HttpServer::accept_loop() {
     }
     if (p[1].revents || stopping_) return;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // the client gave up, or out of descriptors for a moment
+    if (fd < 0) {
+      // Out of descriptors: the pending connection stays readable, so wait rather than spin.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;  // otherwise the client gave up before it was accepted
+    }
     {
       std::lock_guard lock(mu_);
       if (open_connections_ >= options_.max_connections) {

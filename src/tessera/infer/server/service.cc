@@ -196,10 +196,12 @@ void Service::generate(const HttpRequest& http, Endpoint endpoint, Responder& ou
     for (int i = 0; i < 40 && !state->wait(rest, kPollInterval); ++i) {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    options_.log(fmt::format("{} {}{} prompt={} completion={} finish={}{} {:.2f} s", http.method, http.path,
+    const FinishReason reason = state->finish_reason();
+    options_.log(fmt::format("{} {}{} prompt={} completion={} finish={}{} {:.2f} s{}", http.method, http.path,
                              request.stream ? " (stream)" : "", state->prompt_tokens(),
-                             state->completion_tokens(), reason_name(state->finish_reason()),
-                             state->cancelled() ? " (client gone)" : "", seconds));
+                             state->completion_tokens(), reason_name(reason),
+                             state->cancelled() ? " (client gone)" : "", seconds,
+                             reason == FinishReason::kError ? ": " + state->error() : std::string()));
   }
 }
 
