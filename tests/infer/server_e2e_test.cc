@@ -3,7 +3,8 @@
 // loopback port; raw-socket requests (malformed JSON, an oversize body) get 4xx JSON errors and
 // leave the server healthy; the official `openai` Python client passes
 // tests/infer/openai_client_check.py (completions, chat, streaming, four concurrent streams,
-// errors); and SIGTERM lets a stream in flight finish before the server exits 0.
+// errors); a client that leaves mid-stream has its request cancelled; and SIGTERM lets a stream in
+// flight finish before the server exits 0.
 // The client part needs `openai` in $TESSERA_PYTHON (scripts/setup.sh installs it in .venv-test);
 // without it the test reports itself skipped after the other checks, saying so.
 #include <arpa/inet.h>
@@ -165,48 +166,91 @@ class ServerE2e : public ::testing::Test {
     if (server_.out >= 0) close(server_.out);
     if (!dir_.empty()) fs::remove_all(dir_);
   }
+  // Trains a checkpoint (two steps of llama-test on synthetic tokens), starts `tessera serve` on it
+  // with a free port, and returns the port (0 on failure, with the reason recorded).
+  int start_server() {
+    std::string text;
+    const int trained =
+        run_to_end({"train", base(), "run_name=tiny", "base_output_directory=" + (dir_ / "runs").string(),
+                    "model_name=llama-test", "steps=2", "checkpoint_period=2", "per_device_batch_size=1",
+                    "max_target_length=128", "device_peak_tflops=1", "num_threads=1",
+                    "enable_tensorboard=false", "prompt="},
+                   text);
+    const fs::path ckpt = dir_ / "runs" / "tiny" / "checkpoints" / "2";
+    EXPECT_EQ(trained, 0) << text;
+    if (!fs::is_directory(ckpt)) return 0;
+    const fs::path tokenizer = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
+    server_ = spawn({"serve", base(), "model_name=llama-test", "load_parameters_path=" + ckpt.string(),
+                     "tokenizer_type=huggingface", "tokenizer_path=" + tokenizer.string(), "server_port=0",
+                     "per_device_batch_size=4", "max_target_length=" + std::to_string(kContext),
+                     "max_prefill_predict_length=" + std::to_string(kPromptLimit), "num_threads=1"});
+    if (server_.pid <= 0) return 0;
+    text.clear();
+    std::smatch m;
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    const bool up = read_lines(
+        server_.out, [&](const std::string& l) { return std::regex_search(l, m, listening); }, text);
+    EXPECT_TRUE(up) << text;
+    return up ? std::stoi(m[1]) : 0;
+  }
+
   std::string base() const { return (fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string(); }
 
   fs::path dir_;
   Child server_;
 };
 
-TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
-  // A checkpoint to serve: two training steps of llama-test on synthetic tokens.
-  std::string text;
-  ASSERT_EQ(run_to_end({"train", base(), "run_name=tiny", "base_output_directory=" + (dir_ / "runs").string(),
-                        "model_name=llama-test", "steps=2", "checkpoint_period=2", "per_device_batch_size=1",
-                        "max_target_length=128", "device_peak_tflops=1", "num_threads=1",
-                        "enable_tensorboard=false", "prompt="},
-                       text),
-            0)
-      << text;
-  const fs::path ckpt = dir_ / "runs" / "tiny" / "checkpoints" / "2";
-  ASSERT_TRUE(fs::is_directory(ckpt)) << text;
+// Body of an HTTP response.
+std::string body_of(const std::string& response) {
+  return response.substr(response.find("\r\n\r\n") + 4);
+}
 
-  const fs::path tokenizer = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
-  server_ = spawn({"serve", base(), "model_name=llama-test", "load_parameters_path=" + ckpt.string(),
-                   "tokenizer_type=huggingface", "tokenizer_path=" + tokenizer.string(), "server_port=0",
-                   "per_device_batch_size=4", "max_target_length=" + std::to_string(kContext),
-                   "max_prefill_predict_length=" + std::to_string(kPromptLimit), "num_threads=1"});
-  ASSERT_GT(server_.pid, 0);
-  text.clear();
-  std::smatch m;
-  const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-  ASSERT_TRUE(read_lines(
-      server_.out, [&](const std::string& l) { return std::regex_search(l, m, listening); }, text))
-      << text;
-  const int port = std::stoi(m[1]);
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+// Opens a stream with a raw socket and reads until its first event; returns the socket (the
+// bytes read so far in `got`), or -1.
+int open_stream(int port, const std::string& body, std::string& got) {
+  const int fd = connect_to(port);
+  const std::string req = post("/v1/completions", body);
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+    return ::close(fd), -1;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return ::close(fd), -1;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return fd;
+}
+
+// Runs tests/infer/openai_client_check.py against `url`. Returns why it was skipped (no openai
+// module), or empty after checking its exit status.
+std::string run_client_check(const std::string& url) {
+  const std::string py = python();
+  std::string out;
+  if (shell(py + " -c 'import openai'", out) != 0)
+    return "'" + py + " -c \"import openai\"' fails: install it with `" + py +
+           " -m pip install openai` (scripts/setup.sh does) or point TESSERA_PYTHON at a Python that has it";
+  out.clear();
+  const std::string script =
+      (fs::path(TESSERA_SOURCE_DIR) / "tests" / "infer" / "openai_client_check.py").string();
+  const int code = shell(shell_quote(py) + " " + shell_quote(script) + " " + url + " llama-test " +
+                             std::to_string(kPromptLimit) + " " + std::to_string(kContext),
+                         out);
+  EXPECT_EQ(code, 0) << out;
+  return {};
+}
+
+TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
+  const int port = start_server();
+  ASSERT_GT(port, 0);
   const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ASSERT_TRUE(round_trip(port, health).starts_with("HTTP/1.1 200 OK\r\n"));
 
   // Malformed JSON over a raw socket: a 400 with OpenAI's error shape.
   std::string r = round_trip(port, post("/v1/completions", "{\"model\": \"llama-test\", \"prompt\": "));
   ASSERT_TRUE(r.starts_with("HTTP/1.1 400 ")) << r;
-  nlohmann::json err = nlohmann::json::parse(r.substr(r.find("\r\n\r\n") + 4));
-  EXPECT_EQ(err["error"]["type"], "invalid_request_error");
-  EXPECT_NE(err["error"]["message"].get<std::string>().find("not valid JSON"), std::string::npos);
+  const nlohmann::json err = nlohmann::json::parse(body_of(r))["error"];
+  EXPECT_EQ(err["type"], "invalid_request_error");
+  EXPECT_NE(err["message"].get<std::string>().find("not valid JSON"), std::string::npos);
   // A body over server_max_request_bytes (1 MiB by default) is refused from its Content-Length.
   r = round_trip(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n{");
   EXPECT_TRUE(r.starts_with("HTTP/1.1 413 ")) << r;
@@ -214,63 +258,35 @@ TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
   EXPECT_TRUE(r.starts_with("HTTP/1.1 400 ")) << r;
   r = round_trip(port, health);
   ASSERT_TRUE(r.starts_with("HTTP/1.1 200 OK\r\n")) << r;
-  EXPECT_EQ(nlohmann::json::parse(r.substr(r.find("\r\n\r\n") + 4))["status"], "ok");
+  EXPECT_EQ(nlohmann::json::parse(body_of(r))["status"], "ok");
 
-  // The official client.
-  const std::string py = python();
-  std::string skipped, out;
-  if (shell(py + " -c 'import openai'", out) != 0) {
-    skipped =
-        "'" + py + " -c \"import openai\"' fails: install it with `" + py +
-        " -m pip install openai` (scripts/setup.sh does) or point TESSERA_PYTHON at a Python that has it";
-  } else {
-    out.clear();
-    const std::string script =
-        (fs::path(TESSERA_SOURCE_DIR) / "tests" / "infer" / "openai_client_check.py").string();
-    const int code = shell(shell_quote(py) + " " + shell_quote(script) + " " + url + " llama-test " +
-                               std::to_string(kPromptLimit) + " " + std::to_string(kContext),
-                           out);
-    EXPECT_EQ(code, 0) << out;
-  }
+  const std::string skipped = run_client_check("http://127.0.0.1:" + std::to_string(port));
 
   // A client that leaves in the middle of a long stream: its request is cancelled and its slot
   // freed long before max_tokens (the server's log line says how far it got).
   const int kLong = kContext - kPromptLimit;
-  {
-    const int fd = connect_to(port);
-    const std::string req =
-        post("/v1/completions", fmt::format(R"({{"model": "llama-test", "prompt": "Bye", "max_tokens": {},
-                                                "stream": true}})",
-                                            kLong));
-    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
-    std::string got;
-    char buf[4096];
-    while (got.find("data: ") == std::string::npos) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      ASSERT_GT(n, 0) << got;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-  }
+  std::string stream;
+  const int leaving = open_stream(
+      port,
+      fmt::format(R"({{"model": "llama-test", "prompt": "Bye", "max_tokens": {}, "stream": true}})", kLong),
+      stream);
+  ASSERT_GE(leaving, 0) << stream;
+  ::close(leaving);
 
   // SIGTERM with a stream in flight: the stream finishes, then the server exits 0.
-  const int fd = connect_to(port);
-  const std::string req =
-      post("/v1/completions", R"({"model": "llama-test", "prompt": "The end", "max_tokens": 40,
-                                                      "stream": true, "temperature": 0})");
-  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
-  std::string stream;
-  char buf[4096];
-  while (stream.find("data: ") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0) << stream;
-    stream.append(buf, static_cast<size_t>(n));
-  }
+  stream.clear();
+  const int fd = open_stream(
+      port,
+      R"({"model": "llama-test", "prompt": "The end", "max_tokens": 40, "stream": true, "temperature": 0})",
+      stream);
+  ASSERT_GE(fd, 0) << stream;
   kill(server_.pid, SIGTERM);
+  char buf[4096];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) stream.append(buf, static_cast<size_t>(n));
   ::close(fd);
   EXPECT_NE(stream.find("\"finish_reason\":\""), std::string::npos) << stream;
   EXPECT_TRUE(stream.ends_with("data: [DONE]\n\n\r\n0\r\n\r\n")) << stream;
+  std::string text;  // the server's output from its address line on
   read_lines(
       server_.out, [](const std::string&) { return false; }, text);
   EXPECT_EQ(wait_exit_code(server_.pid), 0) << text;

@@ -59,6 +59,54 @@ std::string url(const std::string& host, int port) {
                                              : fmt::format("http://{}:{}", host, port);
 }
 
+// Whole lines on `out` from any thread (the request log comes from connection threads).
+class LineLog {
+ public:
+  explicit LineLog(std::ostream& out) : out_(out) {}
+  void operator()(std::string_view line) {
+    std::lock_guard lock(mu_);
+    fmt::print(out_, "{}\n", line);
+    out_.flush();
+  }
+
+ private:
+  std::mutex mu_;
+  std::ostream& out_;
+};
+
+server::ServiceOptions service_options(const Config& cfg, const infer::Engine& engine, LineLog& log) {
+  server::ServiceOptions so;
+  so.model_name = cfg.model_name;
+  so.max_prefill_length = engine.max_prefill_length();
+  so.max_target_length = engine.max_target_length();
+  so.model_vocab = engine.vocab_size();
+  so.add_bos = cfg.add_bos;
+  sampling_defaults(cfg, so);
+  so.log = [&log](std::string_view line) { log(line); };
+  return so;
+}
+
+// Waits for SIGINT or SIGTERM (blocked in every thread, taken here), then stops the HTTP server,
+// which lets the requests in flight finish; a second signal meanwhile cancels them.
+void run_until_signal(const sigset_t& signals, server::HttpServer& http, server::Scheduler& scheduler,
+                      LineLog& log) {
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  log(fmt::format("tessera serve: {}: finishing the requests in flight (signal again to cancel them)",
+                  sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    http.stop();
+    stopped = true;
+  });
+  const timespec tick{0, 100'000'000};
+  while (!stopped)
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) scheduler.cancel_all();
+  stopper.join();
+  scheduler.stop();
+}
+
 }  // namespace
 
 int serve(const ConfigArgs& args, std::ostream& out) {
@@ -76,26 +124,14 @@ int serve(const ConfigArgs& args, std::ostream& out) {
     fail(ErrorKind::kConfig, "the tokenizer {} has {} ids but the model's vocab_size is {}",
          cfg.tokenizer_path, tokenizer->vocab_size(), engine->vocab_size());
 
+  LineLog log(out);
   server::Scheduler scheduler(*engine, *tokenizer,
                               {.max_queued = static_cast<int>(cfg.server_max_queued_requests),
                                .eos_id = tokenizer->eos_id(),
                                .sample_vocab = tokenizer->vocab_size()});
-  std::mutex log_mu;
-  server::ServiceOptions so;
-  so.model_name = cfg.model_name;
-  so.max_prefill_length = engine->max_prefill_length();
-  so.max_target_length = engine->max_target_length();
-  so.model_vocab = engine->vocab_size();
-  so.add_bos = cfg.add_bos;
-  sampling_defaults(cfg, so);
-  so.log = [&](std::string_view line) {
-    std::lock_guard lock(log_mu);
-    fmt::print(out, "{}\n", line);
-    out.flush();
-  };
-  server::Service service(scheduler, *tokenizer, so);
+  server::Service service(scheduler, *tokenizer, service_options(cfg, *engine, log));
 
-  // SIGINT and SIGTERM are taken by sigwait below, so every thread started from here blocks them.
+  // SIGINT and SIGTERM are taken by sigwait, so every thread started from here blocks them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -110,35 +146,11 @@ int serve(const ConfigArgs& args, std::ostream& out) {
                            .timeout_seconds = cfg.server_timeout_seconds},
                           [&](const server::HttpRequest& r, server::Responder& o) { service.handle(r, o); });
   http.start();
-  {
-    std::lock_guard lock(log_mu);
-    fmt::print(out,
-               "tessera serve: model {} ({} slots, prompts up to {} tokens, context {}) listening on {}\n",
-               cfg.model_name, slots, so.max_prefill_length, so.max_target_length,
-               url(cfg.server_host, http.port()));
-    out.flush();
-  }
-
-  int sig = 0;
-  while (sigwait(&signals, &sig) != 0) {
-  }
-  {
-    std::lock_guard lock(log_mu);
-    fmt::print(out, "tessera serve: {}: finishing the requests in flight (signal again to cancel them)\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM");
-    out.flush();
-  }
-  std::atomic<bool> stopped{false};
-  std::thread stopper([&] {
-    http.stop();
-    stopped = true;
-  });
-  const timespec tick{0, 100'000'000};
-  while (!stopped)
-    if (sigtimedwait(&signals, nullptr, &tick) > 0) scheduler.cancel_all();
-  stopper.join();
-  scheduler.stop();
-  fmt::print(out, "tessera serve: stopped\n");
+  log(fmt::format("tessera serve: model {} ({} slots, prompts up to {} tokens, context {}) listening on {}",
+                  cfg.model_name, slots, engine->max_prefill_length(), engine->max_target_length(),
+                  url(cfg.server_host, http.port())));
+  run_until_signal(signals, http, scheduler, log);
+  log("tessera serve: stopped");
   return kExitOk;
 }
 
