@@ -74,7 +74,6 @@ void print_key_detail(const FieldSpec& f, const Config& defaults, std::ostream& 
 
 const std::vector<PlannedCommand>& planned_commands() {
   static const std::vector<PlannedCommand> commands = {
-      {"decode", "Generate text from a prompt with a KV cache.", "decoding"},
       {"serve", "Serve OpenAI-compatible completions over HTTP.", "the HTTP server"},
       {"compile", "Plan a run for compile_topology without its hardware: memory, FLOPs, collectives.",
        "the ahead-of-time planner"},
