@@ -198,7 +198,7 @@ int train(const ConfigArgs& args, std::ostream& out) {
                             .temperature = cfg.decode_sampling_temperature,
                             .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
-    fmt::print(out, "sample ({}, no KV cache): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
+    fmt::print(out, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
   }
   return kExitOk;
 }
