@@ -81,6 +81,7 @@ server::ServiceOptions service_options(const Config& cfg, const infer::Engine& e
   so.max_target_length = engine.max_target_length();
   so.model_vocab = engine.vocab_size();
   so.add_bos = cfg.add_bos;
+  so.seed_base = static_cast<uint64_t>(cfg.decode_sampling_seed);
   sampling_defaults(cfg, so);
   so.log = [&log](std::string_view line) { log(line); };
   return so;

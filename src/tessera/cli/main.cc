@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   add_config_args(tok_cmd, args);
   CLI::App* prep_cmd = app.add_subcommand("prepare-data", "Tokenize dataset_path into token shards (data_output_path).");
   add_config_args(prep_cmd, args);
+  CLI::App* decode_cmd = app.add_subcommand(
+      "decode", "Complete `prompt` (or prompts_file) with the model at load_parameters_path, using a KV cache.");
+  add_config_args(decode_cmd, args);
   std::string unpacked_dir, corpus_out;
   CLI::App* corpus_cmd =
       app.add_subcommand("prepare-corpus", "Convert unpacked Debian packages into the pd-en corpus (see scripts/prepare_corpus.sh).");
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
         if (train_cmd->parsed()) return train(args, std::cout);
         if (tok_cmd->parsed()) return train_tokenizer(args, std::cout);
         if (prep_cmd->parsed()) return prepare_data(args, std::cout, std::cerr);
+        if (decode_cmd->parsed()) return decode(args, std::cout, std::cerr);
         if (corpus_cmd->parsed()) return prepare_corpus(unpacked_dir, corpus_out, std::cout);
         if (serve_cmd->parsed()) return serve(args, std::cout);
         for (const auto& [sub, command] : planned)

@@ -212,6 +212,8 @@ struct Config {
   double decode_sampling_temperature;
   double decode_sampling_nucleus_p;
   int64_t decode_sampling_top_k;
+  int64_t decode_sampling_seed;
+  std::string prompts_file;
 
   // compile
   std::string compile_topology;

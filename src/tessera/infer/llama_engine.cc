@@ -90,9 +90,11 @@ void transpose_into(const Tensor& src, const Tensor& dst) {
 
 struct Layer {
   Tensor attn_norm, mlp_norm;  // f32 [E]
+  Tensor wqkv;                 // [(H + 2K) D, E]: the rows of wq, wk, wv, one after the other
   Tensor wq;                   // [H*D, E]
   Tensor wk, wv;               // [K*D, E]
   Tensor wo;                   // [E, H*D]
+  Tensor wgu;                  // [2F, E]: the rows of wg, then wu
   Tensor wg, wu;               // [F, E]  gate and up
   Tensor wd;                   // [E, F]  down
   Tensor k_cache, v_cache;     // [S, T, K, D]
@@ -131,7 +133,7 @@ class LlamaEngine final : public Engine {
   // else a decode step over row_slot_. Writes the logits of the last row (prefill) or of every row.
   void forward(int64_t M, int prefill_slot, float* logits);
   void attention(const Layer& L, int64_t M, int prefill_slot);
-  void mlp(const Layer& L, int64_t r0, int64_t n);
+  void mlp(const Layer& L, int64_t r0, int64_t n, bool decode);
   void linear(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) const;
   Tensor rows(const Tensor& t, int64_t r0, int64_t n) const { return t.slice0(r0, r0 + n); }
   // Positions [p0, p0 + n) of `slot` in a cache: [n, K, D].
@@ -158,6 +160,9 @@ class LlamaEngine final : public Engine {
   Tensor k_new_, v_new_;                   // [R, K*D]
   Tensor lse_;                             // f32 [H * R]
   Tensor gate_, up_, act_out_;             // [R, F]
+  // Rows of a decode step (at most S): the outputs of the fused products.
+  Tensor qkv_;  // [S, (H + 2K) D]
+  Tensor gu_;   // [S, 2F]
 };
 
 ops::RopeConfig rope_config(const models::ModelSpec& s, int64_t positions) {
@@ -205,13 +210,17 @@ void LlamaEngine::carve(Carver& c) {
   for (Layer& L : layers_) {
     L.attn_norm = c.take(Shape{E_}, DType::kF32);
     L.mlp_norm = c.take(Shape{E_}, DType::kF32);
-    L.wq = c.take(Shape{H_ * D_, E_}, dt_);
-    L.wk = c.take(Shape{K_ * D_, E_}, dt_);
-    L.wv = c.take(Shape{K_ * D_, E_}, dt_);
+    L.wqkv = c.take(Shape{(H_ + 2 * K_) * D_, E_}, dt_);
     L.wo = c.take(Shape{E_, H_ * D_}, dt_);
-    L.wg = c.take(Shape{F_, E_}, dt_);
-    L.wu = c.take(Shape{F_, E_}, dt_);
+    L.wgu = c.take(Shape{2 * F_, E_}, dt_);
     L.wd = c.take(Shape{E_, F_}, dt_);
+    if (c.arena) {  // row ranges of the fused matrices are the separate weights
+      L.wq = L.wqkv.slice0(0, H_ * D_);
+      L.wk = L.wqkv.slice0(H_ * D_, (H_ + K_) * D_);
+      L.wv = L.wqkv.slice0((H_ + K_) * D_, (H_ + 2 * K_) * D_);
+      L.wg = L.wgu.slice0(0, F_);
+      L.wu = L.wgu.slice0(F_, 2 * F_);
+    }
   }
   final_norm_ = c.take(Shape{E_}, DType::kF32);
   unembed_ = spec_.logits_via_embedding ? embedding_ : c.take(Shape{V_, E_}, dt_);
@@ -234,6 +243,8 @@ void LlamaEngine::carve(Carver& c) {
   gate_ = c.take(Shape{R_, F_}, dt_);
   up_ = c.take(Shape{R_, F_}, dt_);
   act_out_ = c.take(Shape{R_, F_}, dt_);
+  qkv_ = c.take(Shape{S_, (H_ + 2 * K_) * D_}, dt_);
+  gu_ = c.take(Shape{S_, 2 * F_}, dt_);
 }
 
 void LlamaEngine::load(const ParameterSource& params) {
@@ -366,7 +377,7 @@ void LlamaEngine::forward(int64_t M, int prefill_slot, float* logits) {
     attention(layers_[static_cast<size_t>(l)], M, prefill_slot);
     // After a prefill's last attention only the last row still matters.
     const int64_t r0 = prefill_slot >= 0 && l == L - 1 ? M - 1 : 0;
-    mlp(layers_[static_cast<size_t>(l)], r0, M - r0);
+    mlp(layers_[static_cast<size_t>(l)], r0, M - r0, prefill_slot < 0);
   }
   const int64_t r0 = prefill_slot >= 0 ? M - 1 : 0, n = M - r0;
   ops::rmsnorm_fwd(rows(x_, r0, n), final_norm_, eps, rows(h_, r0, n), rstd_.slice0(0, n));
@@ -383,14 +394,14 @@ void LlamaEngine::attention(const Layer& L, int64_t M, int prefill_slot) {
   const Tensor x = rows(x_, 0, M), h = rows(h_, 0, M), pos = pos_.slice0(0, M);
   ops::rmsnorm_fwd(x, L.attn_norm, eps, h, rstd_.slice0(0, M));
   const Tensor q = rows(q_, 0, M).reshape(Shape{M, H_, D_});
-  const Tensor k = rows(k_new_, 0, M).reshape(Shape{M, K_, D_});
-  const Tensor v = rows(v_new_, 0, M).reshape(Shape{M, K_, D_});
-  linear(h, L.wq, rows(q_, 0, M), false);
-  linear(h, L.wk, rows(k_new_, 0, M), false);
-  linear(h, L.wv, rows(v_new_, 0, M), false);
-  ops::rope_fwd(q, pos, rope_, ops::RopeLayout::kRotateHalf, q);
   const Tensor o = rows(attn_, 0, M);
   if (prefill_slot >= 0) {
+    const Tensor k = rows(k_new_, 0, M).reshape(Shape{M, K_, D_});
+    const Tensor v = rows(v_new_, 0, M).reshape(Shape{M, K_, D_});
+    linear(h, L.wq, rows(q_, 0, M), false);
+    linear(h, L.wk, rows(k_new_, 0, M), false);
+    linear(h, L.wv, rows(v_new_, 0, M), false);
+    ops::rope_fwd(q, pos, rope_, ops::RopeLayout::kRotateHalf, q);
     // The prompt's keys and values are positions 0..M-1 of the slot: one contiguous block.
     const Tensor kc = cache_rows(L.k_cache, prefill_slot, 0, M),
                  vc = cache_rows(L.v_cache, prefill_slot, 0, M);
@@ -401,28 +412,46 @@ void LlamaEngine::attention(const Layer& L, int64_t M, int prefill_slot) {
     ops::attention_fwd(q.reshape(Shape{1, M, H_, D_}), kc.reshape(Shape{1, M, K_, D_}),
                        vc.reshape(Shape{1, M, K_, D_}), o.reshape(Shape{1, M, H_, D_}),
                        lse_.slice0(0, H_ * M).reshape(Shape{1, H_, M}), opt);
-  } else {
-    ops::rope_fwd(k, pos, rope_, ops::RopeLayout::kRotateHalf, k);
-    const size_t row_bytes = static_cast<size_t>(K_ * D_) * dtype_size(dt_);
-    for (int64_t i = 0; i < M; ++i) {
-      const int64_t s = row_slot_.ptr<int32_t>()[i], p = pos_.ptr<int32_t>()[i];
-      std::memcpy(cache_rows(L.k_cache, s, p, 1).data(), k.slice0(i, i + 1).data(), row_bytes);
-      std::memcpy(cache_rows(L.v_cache, s, p, 1).data(), v.slice0(i, i + 1).data(), row_bytes);
-    }
-    ops::decode_attention(q, L.k_cache, L.v_cache, row_slot_.slice0(0, M), row_len_.slice0(0, M),
-                          o.reshape(Shape{M, H_, D_}), {.sliding_window = spec_.sliding_window});
+    return;
   }
+  // Decode: one product for q, k and v of every row; then per row, q rotated into q_, k rotated
+  // into its cache position, v copied there.
+  const Tensor qkv = rows(qkv_, 0, M);
+  linear(h, L.wqkv, qkv, false);
+  const size_t e = dtype_size(dt_);
+  const int64_t HD = H_ * D_, KD = K_ * D_;
+  for (int64_t i = 0; i < M; ++i) {
+    char* row = static_cast<char*>(qkv.slice0(i, i + 1).data());
+    const int64_t s = row_slot_.ptr<int32_t>()[i], p = pos_.ptr<int32_t>()[i];
+    const Tensor pos_i = pos.slice0(i, i + 1);
+    ops::rope_fwd(Tensor(row, Shape{1, H_, D_}, dt_), pos_i, rope_, ops::RopeLayout::kRotateHalf,
+                  q.slice0(i, i + 1));
+    ops::rope_fwd(Tensor(row + HD * e, Shape{1, K_, D_}, dt_), pos_i, rope_, ops::RopeLayout::kRotateHalf,
+                  cache_rows(L.k_cache, s, p, 1));
+    std::memcpy(cache_rows(L.v_cache, s, p, 1).data(), row + (HD + KD) * e, static_cast<size_t>(KD) * e);
+  }
+  ops::decode_attention(q, L.k_cache, L.v_cache, row_slot_.slice0(0, M), row_len_.slice0(0, M),
+                        o.reshape(Shape{M, H_, D_}), {.sliding_window = spec_.sliding_window});
 }
 
-void LlamaEngine::mlp(const Layer& L, int64_t r0, int64_t n) {
+void LlamaEngine::mlp(const Layer& L, int64_t r0, int64_t n, bool decode) {
   const auto eps = static_cast<float>(spec_.norm_eps);
-  const Tensor x = rows(x_, r0, n), h = rows(h_, r0, n);
+  const Tensor x = rows(x_, r0, n), h = rows(h_, r0, n), a = rows(act_out_, r0, n);
   linear(rows(attn_, r0, n), L.wo, x, /*accumulate=*/true);  // x += o·Woᵀ
   ops::rmsnorm_fwd(x, L.mlp_norm, eps, h, rstd_.slice0(0, n));
-  const Tensor gate = rows(gate_, r0, n), up = rows(up_, r0, n), a = rows(act_out_, r0, n);
-  linear(h, L.wg, gate, false);
-  linear(h, L.wu, up, false);
-  ops::glu_fwd(act_, gate, up, a);
+  if (decode) {  // one product for gate and up, [n, 2F]; the unit row by row
+    const Tensor gu = rows(gu_, 0, n);
+    linear(h, L.wgu, gu, false);
+    for (int64_t i = 0; i < n; ++i) {
+      const Tensor row = gu.slice0(i, i + 1).reshape(Shape{2, F_});
+      ops::glu_fwd(act_, row.slice0(0, 1), row.slice0(1, 2), a.slice0(i, i + 1));
+    }
+  } else {
+    const Tensor gate = rows(gate_, r0, n), up = rows(up_, r0, n);
+    linear(h, L.wg, gate, false);
+    linear(h, L.wu, up, false);
+    ops::glu_fwd(act_, gate, up, a);
+  }
   linear(a, L.wd, x, /*accumulate=*/true);  // x += (act(gate) * up)·Wdᵀ
 }
 

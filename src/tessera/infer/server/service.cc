@@ -163,7 +163,8 @@ GenerationRequest Service::prepare(const CompletionRequest& request) {
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }
-  g.seed = request.seed ? static_cast<uint64_t>(*request.seed) : counter_.fetch_add(1);
+  g.seed =
+      request.seed ? static_cast<uint64_t>(*request.seed) : options_.seed_base + seed_counter_.fetch_add(1);
   g.stop = request.stop;
   return g;
 }

@@ -14,7 +14,8 @@
 // The prompt: a text prompt is encoded with the tokenizer and, when add_bos is set and the
 // tokenizer has a BOS id, starts with it; a prompt of token ids is used as given. Defaults when a
 // request leaves them out: max_tokens 16 (completions, OpenAI's) or the rest of the context
-// (chat); temperature, top_p and top_k from the config's decode_sampling_* keys.
+// (chat); temperature, top_p and top_k from the config's decode_sampling_* keys; seed
+// decode_sampling_seed + n for the n-th request without one.
 #pragma once
 
 #include <atomic>
@@ -41,6 +42,8 @@ struct ServiceOptions {
   double temperature = 0;
   double top_p = 1;
   int64_t top_k = 0;
+  // A request without a seed draws with seed_base + n, n counting such requests from 0.
+  uint64_t seed_base = 0;
   // One line per finished request ("POST /v1/completions 200 ..."); may be empty.
   std::function<void(std::string_view)> log;
 };
@@ -68,8 +71,9 @@ class Service {
   Scheduler& scheduler_;
   const data::Tokenizer& tokenizer_;
   ServiceOptions options_;
-  const int64_t created_;             // Unix seconds at start: the model's "created"
-  std::atomic<uint64_t> counter_{0};  // request ids and default seeds
+  const int64_t created_;                  // Unix seconds at start: the model's "created"
+  std::atomic<uint64_t> counter_{0};       // request ids
+  std::atomic<uint64_t> seed_counter_{0};  // requests without a seed
 };
 
 // The finish_reason OpenAI clients expect: "stop" or "length" (empty for the others).
