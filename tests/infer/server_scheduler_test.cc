@@ -156,6 +156,19 @@ TEST(ServerScheduler, SamplingStaysInsideTheTokenizersVocabulary) {
   EXPECT_EQ(r->finish_reason(), FinishReason::kStop);
 }
 
+TEST(ServerScheduler, AFailureInOneRequestsTextEndsOnlyThatRequest) {
+  // Without the sample_vocab limit the fake model's id 32 reaches the tokenizer, which throws.
+  Fixture f;
+  auto bad = f.scheduler.submit(request(f.tok, " ", 5));
+  auto good = f.scheduler.submit(request(f.tok, "a", 3));
+  while (f.scheduler.step()) {
+  }
+  EXPECT_EQ(bad->finish_reason(), FinishReason::kError);
+  EXPECT_NE(bad->error().find("outside [0, 32)"), std::string::npos) << bad->error();
+  EXPECT_EQ(take(*good), "bcd");
+  EXPECT_EQ(good->finish_reason(), FinishReason::kLength);
+}
+
 TEST(ServerScheduler, ACancelledRequestFreesItsSlotAtTheNextStep) {
   Fixture f(/*slots=*/1);
   auto a = f.scheduler.submit(request(f.tok, "a", 20));

@@ -154,7 +154,14 @@ void Scheduler::run() {
       work_.wait(lock, [&] { return stopping_ || cancel_all_ || !queue_.empty() || active_ > 0; });
       if (stopping_ && queue_.empty() && active_ == 0) return;
     }
-    step();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // Not expected (each request's failures are caught where they happen), but the thread must
+      // not die with requests waiting on it: they end with the error.
+      for (size_t i = 0; i < slots_.size(); ++i)
+        if (slots_[i]) end(static_cast<int>(i), FinishReason::kError, e.what());
+    }
   }
 }
 
@@ -225,8 +232,7 @@ void Scheduler::admit() {
       end(slot, FinishReason::kError, e.what());
       continue;
     }
-    Slot& sl = *slots_[i];
-    on_token(slot, sl.sampler.sample(row.first(static_cast<size_t>(sample_vocab_)), sl.request.sampling));
+    sample_next(slot, row);
   }
 }
 
@@ -253,11 +259,18 @@ void Scheduler::decode_active() {
   }
   ++decode_steps_;
   if (static_cast<int64_t>(n) > max_decode_batch_) max_decode_batch_ = static_cast<int64_t>(n);
-  for (size_t b = 0; b < n; ++b) {
-    Slot& s = *slots_[static_cast<size_t>(batch_slots_[b])];
-    std::span<const float> row(logits_.data() + b * static_cast<size_t>(vocab_),
-                               static_cast<size_t>(sample_vocab_));
-    on_token(batch_slots_[b], s.sampler.sample(row, s.request.sampling));
+  for (size_t b = 0; b < n; ++b)
+    sample_next(batch_slots_[b],
+                logits.subspan(b * static_cast<size_t>(vocab_), static_cast<size_t>(vocab_)));
+}
+
+void Scheduler::sample_next(int slot, std::span<const float> logits) {
+  Slot& s = *slots_[static_cast<size_t>(slot)];
+  try {
+    on_token(slot, s.sampler.sample(logits.first(static_cast<size_t>(sample_vocab_)), s.request.sampling));
+  } catch (const std::exception& e) {
+    // Sampling or detokenizing failed for this request alone: it ends, the others go on.
+    if (slots_[static_cast<size_t>(slot)]) end(slot, FinishReason::kError, e.what());
   }
 }
 

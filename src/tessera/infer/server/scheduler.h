@@ -136,6 +136,8 @@ class Scheduler {
   void run();
   void admit();
   void decode_active();
+  // Samples the next token of `slot` from its logits row (vocab_ floats) and handles it.
+  void sample_next(int slot, std::span<const float> logits);
   // Handles a freshly sampled token; false when the request has finished (slot released).
   bool on_token(int slot, int32_t token);
   // Finishes the request in `slot` (delivering held-back text first) and frees the slot.
