@@ -128,6 +128,21 @@ TEST(ServerApi, RefusesBadFieldsNamingThem) {
   }
 }
 
+TEST(ServerApi, RefusesDeeplyNestedJsonBeforeParsingIt) {
+  // A million levels would overflow the parser's stack; the depth is checked first.
+  const std::string deep =
+      R"({"model": "m", "prompt": )" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  ApiError e = parse_error(deep);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(std::string(e.what()).find("more than 32 deep"), std::string::npos) << e.what();
+  // Brackets inside strings do not count; 32 levels are fine.
+  EXPECT_EQ(parse_error(R"({"model": "m", "prompt": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"[["})").status,
+            0);
+  const std::string ok =
+      R"({"model": "m", "prompt": "x", "metadata": )" + std::string(31, '[') + std::string(31, ']') + "}";
+  EXPECT_EQ(parse_error(ok).status, 0);
+}
+
 TEST(ServerApi, ErrorAndResponseShapes) {
   json e = json::parse(error_body(400, "bad", "temperature"));
   EXPECT_EQ(e, json::parse(R"({"error": {"message": "bad", "type": "invalid_request_error",

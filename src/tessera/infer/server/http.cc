@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "tessera/core/error.h"
 
@@ -424,7 +425,14 @@ void HttpServer::accept_loop() {
       }
       ++open_connections_;
     }
-    std::thread([this, fd] { serve_connection(fd); }).detach();
+    try {
+      std::thread([this, fd] { serve_connection(fd); }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: refuse this one
+      write_all(fd, format_response(503, "application/json", error_json(503, "the server is out of threads"),
+                                    false));
+      ::close(fd);
+      connection_done();
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -240,6 +241,30 @@ void parse_sampling(const json& body, CompletionRequest& r) {
   }
 }
 
+// The deepest nesting of arrays and objects in `text` (strings skipped), stopping early past
+// `limit`. nlohmann-json recurses per level when it builds and destroys values, so a body of a
+// million '[' would overflow a connection thread's stack: such bodies are refused before parsing.
+size_t nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size() && deepest <= limit; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 std::string error_body(int status, std::string_view message, std::string_view param, std::string_view code) {
@@ -253,6 +278,9 @@ std::string error_body(int status, std::string_view message, std::string_view pa
 }
 
 CompletionRequest parse_request(std::string_view body, Endpoint endpoint) {
+  if (nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+    throw ApiError(400,
+                   fmt::format("the request body nests arrays and objects more than {} deep", kMaxJsonDepth));
   json j;
   try {
     j = json::parse(body);

@@ -64,6 +64,9 @@ struct CompletionRequest {
   std::vector<std::string> stop;
 };
 
+// Deepest nesting of arrays and objects a request body may have (a chat request needs 4).
+inline constexpr size_t kMaxJsonDepth = 32;
+
 // Parses and checks a request body for `endpoint`. Throws ApiError(400) naming the field.
 CompletionRequest parse_request(std::string_view body, Endpoint endpoint);
 
