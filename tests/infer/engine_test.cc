@@ -18,8 +18,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <random>
 
 #include "tessera/config/config.h"
@@ -31,6 +34,28 @@
 #include "tessera/models/llama.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
+
+// Counts the allocations made through operator new while g_count_allocations is set (the engine
+// promises that prefill and decode allocate nothing once it is built). Replacing the global
+// operators affects this whole test program; outside the counted window they only forward.
+namespace {
+std::atomic<bool> g_count_allocations{false};
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+// GCC pairs std::free with the builtin operator new and warns; these operators are the pair.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(size_t n) {
+  if (g_count_allocations.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
 
 namespace tessera {
 namespace {
@@ -302,6 +327,28 @@ TEST(LlamaEngine, RefusesBadCallsAndFullSlots) {
                                  ref.source());
             }),
             config);
+}
+
+// Once built, the engine allocates nothing in prefill and decode (prompts under 64 tokens: longer
+// ones go through oneDNN, whose execute makes small allocations of its own, see onednn_matmul.h).
+TEST(LlamaEngine, StepsDoNotAllocate) {
+  models::ModelSpec spec = tiny_spec(DType::kBF16);
+  Reference ref(spec, 40, 3);
+  auto engine = infer::make_engine(spec, {.max_slots = 3, .max_target_length = 40, .max_prefill_length = 30},
+                                   ref.source());
+  const std::vector<int32_t> prompt = random_tokens(30, spec.vocab_size, 1);
+  std::vector<float> logits(static_cast<size_t>(3 * spec.vocab_size));
+  const int slots[] = {0, 2, 1};
+  const int32_t tokens[] = {4, 5, 6};
+  g_allocations = 0;
+  g_count_allocations = true;
+  engine->prefill(0, prompt, logits);
+  engine->prefill(2, std::span(prompt.data(), 7), logits);
+  engine->prefill(1, std::span(prompt.data(), 1), logits);
+  for (int step = 0; step < 5; ++step) engine->decode(slots, tokens, logits);
+  engine->release(2);
+  g_count_allocations = false;
+  EXPECT_EQ(g_allocations.load(), 0);
 }
 
 // The parameter list the engine asks for is the training graph's, names and shapes.

@@ -365,12 +365,13 @@ void add_inference_and_compile_keys(std::vector<FieldSpec>& t) {
   g.integer("decode_sampling_top_k", &Config::decode_sampling_top_k, "0", at_least(0),
             "Tokens kept by top-k sampling; 0 = unset.");
   g.integer("decode_sampling_seed", &Config::decode_sampling_seed, "0", at_least(0),
-            "Seed of the sampling draws of `tessera decode` (Tessera's key; MaxText fixes its own): prompt i "
-            "draws from the stream seeded with decode_sampling_seed + i, so outputs do not depend on batching.");
+            "Seed of the sampling draws of `tessera decode` (Tessera's key; MaxText's decode uses a "
+            "fixed one): prompt i draws from the stream seeded with decode_sampling_seed + i, so "
+            "outputs do not depend on batching.");
   g.text("prompts_file", &Config::prompts_file, R"("")",
-         "A text file of prompts for `tessera decode`, one per line (empty lines skipped), used instead of "
-         "`prompt`; they share per_device_batch_size slots, a finished sequence's slot taking the next prompt "
-         "(Tessera's key).");
+         "A text file of prompts for `tessera decode`, one per line (empty lines skipped), used "
+         "instead of `prompt`; they share per_device_batch_size slots, a finished sequence's slot "
+         "taking the next prompt (Tessera's key).");
 
   Group c(t, "compile");
   c.text("compile_topology", &Config::compile_topology, R"("")",

@@ -25,9 +25,11 @@
 //
 // Products: ops::gemv for the rows of a step, except that a prefill takes whole chunks of 256,
 // then 64, rows through oneDNN's GEMM (ops::matmul, which is faster once M is large), and leaves
-// the remaining rows to gemv; fixed chunk sizes keep the oneDNN primitives few and made once. The
-// residual adds are the accumulate of the output products (x += o·Woᵀ rounds once in bf16, where
-// the training graph rounds o·Woᵀ to bf16 and then the sum).
+// the remaining rows to gemv; fixed chunk sizes keep the oneDNN primitives few and made once.
+// Wq, Wk, Wv are stored one after the other, as are Wg and Wu, so a decode step reads each group
+// as one product (four parallel regions per layer); a prefill multiplies their row ranges apart.
+// The residual adds are the accumulate of the output products (x += o·Woᵀ rounds once in bf16,
+// where the training graph rounds o·Woᵀ to bf16 and then the sum).
 #include "tessera/infer/llama_engine.h"
 
 #include <fmt/format.h>
