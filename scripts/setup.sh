@@ -21,7 +21,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader)
+  python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader, the openai client)
 )
 
 missing=()
@@ -37,15 +37,18 @@ if ((${#missing[@]})); then
 fi
 
 # Test-only Python tools from PyPI, in a virtual environment of the checkout (.venv-test, ignored
-# by git): TensorBoard's own event reader checks Tessera's event files. Tessera itself never runs
-# Python. A test whose Python package is missing reports itself skipped, saying why.
+# by git): TensorBoard's own event reader checks Tessera's event files, and the official `openai`
+# client checks `tessera serve`. Tessera itself never runs Python. A test whose Python package is
+# missing reports itself skipped, saying why.
 if [ ! -x .venv-test/bin/python ]; then
   python3 -m venv .venv-test || echo "setup: cannot create .venv-test (python3-venv missing?)"
 fi
-if [ -x .venv-test/bin/python ] && ! .venv-test/bin/python -c 'import tensorboard' 2>/dev/null; then
-  .venv-test/bin/python -m pip install --quiet --disable-pip-version-check tensorboard ||
-    echo "setup: could not install the tensorboard Python package; its reader test will be skipped"
-fi
+for py_package in tensorboard openai; do
+  if [ -x .venv-test/bin/python ] && ! .venv-test/bin/python -c "import $py_package" 2>/dev/null; then
+    .venv-test/bin/python -m pip install --quiet --disable-pip-version-check "$py_package" ||
+      echo "setup: could not install the $py_package Python package; the tests that use it will be skipped"
+  fi
+done
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

@@ -74,8 +74,6 @@ void print_key_detail(const FieldSpec& f, const Config& defaults, std::ostream& 
 
 const std::vector<PlannedCommand>& planned_commands() {
   static const std::vector<PlannedCommand> commands = {
-      {"decode", "Generate text from a prompt with a KV cache.", "decoding"},
-      {"serve", "Serve OpenAI-compatible completions over HTTP.", "the HTTP server"},
       {"compile", "Plan a run for compile_topology without its hardware: memory, FLOPs, collectives.",
        "the ahead-of-time planner"},
   };
@@ -197,7 +195,7 @@ int train(const ConfigArgs& args, std::ostream& out) {
                             .temperature = cfg.decode_sampling_temperature,
                             .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
-    fmt::print(out, "sample ({}, no KV cache): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
+    fmt::print(out, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
   }
   return kExitOk;
 }

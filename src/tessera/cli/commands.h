@@ -61,6 +61,11 @@ int train_tokenizer(const ConfigArgs& args, std::ostream& out);
 // data_output_path, with a progress bar on `err`.
 int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 
+// `tessera decode CONFIG [k=v ...]`: completions of `prompt` (or of prompts_file's lines) from the
+// model at load_parameters_path, with a KV cache (cmd_decode.cc); completions on `out`, the log
+// (timings, stop reasons) on `err`.
+int decode(const ConfigArgs& args, std::ostream& out, std::ostream& err);
+
 // `tessera prepare-corpus UNPACKED_DIR OUT_DIR`: the pd-en corpus from unpacked Debian packages
 // (scripts/prepare_corpus.sh downloads and unpacks them).
 int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out);
@@ -79,7 +84,11 @@ struct ConvertArgs {
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& args);
 int convert(const ConvertArgs& args, std::ostream& out);
 
-// decode, serve, ...: load and validate the config, apply num_threads, write the resolved config
+// `tessera serve CONFIG [k=v ...]`: the OpenAI-compatible HTTP server (cmd_serve.cc) until SIGINT
+// or SIGTERM; the address and one line per request go to `out`.
+int serve(const ConfigArgs& args, std::ostream& out);
+
+// compile: load and validate the config, apply num_threads, write the resolved config
 // to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
 // (exit 3), never a silent success.
 int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   add_config_args(tok_cmd, args);
   CLI::App* prep_cmd = app.add_subcommand("prepare-data", "Tokenize dataset_path into token shards (data_output_path).");
   add_config_args(prep_cmd, args);
+  CLI::App* decode_cmd = app.add_subcommand(
+      "decode", "Complete `prompt` (or prompts_file) with the model at load_parameters_path, using a KV cache.");
+  add_config_args(decode_cmd, args);
   std::string unpacked_dir, corpus_out;
   CLI::App* corpus_cmd =
       app.add_subcommand("prepare-corpus", "Convert unpacked Debian packages into the pd-en corpus (see scripts/prepare_corpus.sh).");
@@ -56,6 +59,9 @@ int main(int argc, char** argv) {
   corpus_cmd->add_option("OUT_DIR", corpus_out, "folder to write train/ and validation/ into")->required();
   ConvertArgs conv;
   CLI::App* convert_cmd = add_convert_command(app, conv);
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve", "Serve OpenAI-compatible completions over HTTP (needs load_parameters_path and tokenizer_path).");
+  add_config_args(serve_cmd, args);
   std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
   for (const PlannedCommand& c : planned_commands()) {
     CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
@@ -80,8 +86,10 @@ int main(int argc, char** argv) {
         if (train_cmd->parsed()) return train(args, std::cout);
         if (tok_cmd->parsed()) return train_tokenizer(args, std::cout);
         if (prep_cmd->parsed()) return prepare_data(args, std::cout, std::cerr);
+        if (decode_cmd->parsed()) return decode(args, std::cout, std::cerr);
         if (corpus_cmd->parsed()) return prepare_corpus(unpacked_dir, corpus_out, std::cout);
         if (convert_cmd->parsed()) return convert(conv, std::cout);
+        if (serve_cmd->parsed()) return serve(args, std::cout);
         for (const auto& [sub, command] : planned)
           if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
         return kExitUsage;  // unreachable: CLI11 requires one subcommand

@@ -212,6 +212,8 @@ struct Config {
   double decode_sampling_temperature;
   double decode_sampling_nucleus_p;
   int64_t decode_sampling_top_k;
+  int64_t decode_sampling_seed;
+  std::string prompts_file;
 
   // compile
   std::string compile_topology;
@@ -225,6 +227,13 @@ struct Config {
   int64_t max_corpus_chars;
   std::string tokenizer_model_type;
   bool tokenizer_byte_fallback;
+
+  // server (`tessera serve`; schema: add_server_keys)
+  std::string server_host;
+  int64_t server_port;
+  int64_t server_max_queued_requests;
+  int64_t server_max_request_bytes;
+  double server_timeout_seconds;
 
   // ---- derived: filled by finalize_config() from the keys above; not keys, never parsed ----
   int64_t emb_dim;                                    // base_emb_dim scaled by global_parameter_scale

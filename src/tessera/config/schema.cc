@@ -364,6 +364,14 @@ void add_inference_and_compile_keys(std::vector<FieldSpec>& t) {
          or_minus_one(above_up_to(0, 1), "unset"), "Probability mass kept by nucleus sampling.");
   g.integer("decode_sampling_top_k", &Config::decode_sampling_top_k, "0", at_least(0),
             "Tokens kept by top-k sampling; 0 = unset.");
+  g.integer("decode_sampling_seed", &Config::decode_sampling_seed, "0", at_least(0),
+            "Seed of the sampling draws of `tessera decode` (Tessera's key; MaxText's decode uses a "
+            "fixed one): prompt i draws from the stream seeded with decode_sampling_seed + i, so "
+            "outputs do not depend on batching.");
+  g.text("prompts_file", &Config::prompts_file, R"("")",
+         "A text file of prompts for `tessera decode`, one per line (empty lines skipped), used "
+         "instead of `prompt`; they share per_device_batch_size slots, a finished sequence's slot "
+         "taking the next prompt (Tessera's key).");
 
   Group c(t, "compile");
   c.text("compile_topology", &Config::compile_topology, R"("")",
@@ -395,6 +403,24 @@ void add_data_extra_keys(std::vector<FieldSpec>& t) {
             "decoding gives the text back exactly.");
 }
 
+void add_server_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "server");
+  g.text("server_host", &Config::server_host, R"("127.0.0.1")",
+         "`tessera serve` listens on this address (\"0.0.0.0\" or \"::\" for every interface). The "
+         "server has no authentication and no TLS: expose it only to a network you trust. Concurrent "
+         "requests (KV-cache slots) = per_device_batch_size; prompts up to max_prefill_predict_length "
+         "tokens, prompt + completion up to max_target_length.");
+  g.integer("server_port", &Config::server_port, "8000", between(0, 65535),
+            "`tessera serve` TCP port; 0 = a free port chosen by the system (printed at start-up).");
+  g.integer("server_max_queued_requests", &Config::server_max_queued_requests, "64", at_least(0),
+            "Requests that may wait for a free slot; beyond that the server answers 503.");
+  g.integer("server_max_request_bytes", &Config::server_max_request_bytes, "1048576", at_least(1024),
+            "Largest request body the server reads; larger ones get 413.");
+  g.real("server_timeout_seconds", &Config::server_timeout_seconds, "30.0", above(0),
+         "Time a client has to send a whole request, and to accept the bytes of a response; also how "
+         "long an idle keep-alive connection stays open.");
+}
+
 std::vector<FieldSpec> build_schema() {
   std::vector<FieldSpec> t;
   add_run_keys(t);
@@ -406,6 +432,7 @@ std::vector<FieldSpec> build_schema() {
   add_parallelism_keys(t);
   add_inference_and_compile_keys(t);
   add_data_extra_keys(t);
+  add_server_keys(t);
   return t;
 }
 

@@ -3,10 +3,16 @@
 // dtype, GQA-aware attention of the new positions against the cache.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/config/config.h"
+#include "tessera/core/tensor.h"
 #include "tessera/infer/engine.h"
+#include "tessera/models/model_spec.h"
 
 namespace tessera::infer {
 
@@ -20,5 +26,20 @@ struct EngineOptions {
 // Tessera checkpoint folder, verified, or a safetensors file of Tessera parameter names). Throws
 // kConfig when load_parameters_path is empty or names another model, kIo when it cannot be read.
 std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& options);
+
+// The parameters the engine reads, by Tessera name, with their shapes as a checkpoint stores them
+// (kernels [in, out]): the same list as the training graph's (models/llama.h).
+std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::ModelSpec& spec);
+
+// A parameter by Tessera name: an f32 tensor of its checkpoint shape, read before the next call.
+using ParameterSource = std::function<Tensor(const std::string& name)>;
+
+// The same engine with its parameters from memory (tests, benchmarks, a caller that holds them):
+// `params` is asked once for each name of llama_parameter_shapes(spec). spec.dtype is the compute
+// dtype; spec.batch and spec.seq are ignored. The options' lengths must be set (> 0). Throws
+// kConfig for options or a spec the engine does not build, kShape for a tensor of the wrong
+// shape or dtype.
+std::unique_ptr<Engine> make_engine(const models::ModelSpec& spec, const EngineOptions& options,
+                                    const ParameterSource& params);
 
 }  // namespace tessera::infer

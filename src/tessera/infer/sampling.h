@@ -5,6 +5,8 @@
 //              nucleus_p (renormalised), after the temperature;
 //   topk       a draw from the top_k most likely tokens (renormalised), after the temperature;
 //   composite  top-k, then nucleus within it, then the temperature draw (MaxText's order).
+// As in MaxText, the top-k and nucleus sets are chosen from the logits as they are; the
+// temperature then shapes the draw among the kept tokens (sampling.cc gives the details).
 // A Sampler owns its random stream (seeded), so a request's output is reproducible.
 #pragma once
 
@@ -35,6 +37,7 @@ class Sampler {
  private:
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> scratch_;  // grown once, reused
+  std::vector<float> weights_;                      // exp((logit - max) / temperature), grown once
 };
 
 }  // namespace tessera::infer

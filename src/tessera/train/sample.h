@@ -1,8 +1,7 @@
-// A short sample from a model in training, for the end of a run: the continuation of a prompt,
-// one token at a time, each from a full forward pass of the training plan (row 0 holds the text,
-// the other rows are padding). There is no KV cache here, so each token costs a forward pass over
-// max_target_length positions: fine for tens of tokens from a small model, and `tessera decode`
-// (with a KV cache) is the tool for real generation.
+// A short sample from a model in training, for the end of a run: the continuation of a prompt by
+// the decoding engine (infer/llama_engine.h: the trained parameters, a KV cache, one slot), up to
+// max_new_tokens or max_target_length positions. `tessera decode` is the tool for real
+// generation from a checkpoint.
 //
 // Sampling follows MaxText's decode_sampling_strategy names: greedy, or weighted (softmax of
 // logits / decode_sampling_temperature); the others are refused.

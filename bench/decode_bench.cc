@@ -1,0 +1,398 @@
+// Decoding benchmark: the small-M products of a decode step (ops::gemv against oneDNN's GEMM on
+// the same weights), then the Llama engine itself (infer/llama_engine.h) on a 125M-class and a
+// 1B-class model with random weights, in f32 and bf16, against the memory-bandwidth bound
+// measured in the same run:
+//
+//   bound (tokens/s) = stream triad GB/s / (weight bytes read per token)
+//
+// Batch-1 decode reads every weight once per token (the KV cache at these lengths is < 1 % of the
+// bytes), so it cannot beat the bound; the target is 70 % of it. Prefill is compute-bound and is
+// reported as tokens/s and MFU against the calibrated peak (train/peak.h), with MaxText's prefill
+// FLOP count (2 x parameters x tokens + causal attention). Batched decode reports tokens/s summed
+// over the sequences stepping together (8 and 32).
+//
+// Models (random weights, no checkpoint):
+//   125m   configs/models/llama-125m.yml: emb 768, 12 layers, 12/12 heads, head_dim 64, mlp 2048,
+//          vocab 32000, untied;
+//   1b     Llama-3.2-1B's dimensions: emb 2048, 16 layers, 32/8 heads, head_dim 64, mlp 8192,
+//          vocab 128256, tied embeddings, rope_theta 500000 with Llama 3.1 scaling.
+//
+// Triad: a[i] = b[i] + s c[i] over three 128 MiB f32 arrays (larger than the 260 MiB the VM
+// reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
+//
+// Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
+//   --quick  fewer tokens and repetitions (about a minute for the 125m model).
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/core/arena.h"
+#include "tessera/core/cpu_features.h"
+#include "tessera/core/error.h"
+#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/sampling.h"
+#include "tessera/ops/attention.h"
+#include "tessera/ops/gemv.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/train/peak.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  bool quick = false;
+  std::vector<std::string> models = {"125m", "1b"};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  bool gemv = true;
+  bool engine = true;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+template <typename F>
+double best_time(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+template <typename F>
+double median_time(int reps, F&& f) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+constexpr size_t kTriadBytesEach = size_t{128} << 20;
+
+double triad_gbps() {
+  Arena arena(3 * kTriadBytesEach + 3 * Arena::kAlignment, "triad");
+  const int64_t n = static_cast<int64_t>(kTriadBytesEach / sizeof(float));
+  float* a = static_cast<float*>(arena.allocate(kTriadBytesEach));
+  float* b = static_cast<float*>(arena.allocate(kTriadBytesEach));
+  float* c = static_cast<float*>(arena.allocate(kTriadBytesEach));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
+  const float s = 3.0f;
+  const double t = best_time(5, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+  });
+  if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad produced a wrong value\n");
+  return 3.0 * static_cast<double>(kTriadBytesEach) / t / 1e9;
+}
+
+// Uniform values in [lo, hi) from a splitmix64 hash of (seed, index), in parallel.
+void fill(const Tensor& t, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  const int64_t n = t.numel();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float v = lo + (hi - lo) * static_cast<float>(z >> 40) * 0x1.0p-24f;
+    if (t.dtype() == DType::kBF16)
+      t.ptr<uint16_t>()[i] = f32_to_bf16(v);
+    else
+      t.ptr<float>()[i] = v;
+  }
+}
+
+// ---- small-M products ------------------------------------------------------------------------
+
+void gemv_section(const Options& o, double triad) {
+  fmt::print(
+      "\n## Small-M products: y[M, N] = x[M, K] · Wᵀ, W [N, K] (weight GB/s; % of triad {:.1f} GB/s)\n\n",
+      triad);
+  fmt::print(
+      "| N x K | dtype | M | gemv GB/s | gemv % triad | gemv GFLOP/s | oneDNN GB/s | oneDNN GFLOP/s | gemv / "
+      "oneDNN |\n");
+  fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  struct Shape2 {
+    int64_t n, k;
+  };
+  // The 1B model's MLP up projection and down projection.
+  const std::vector<Shape2> shapes = {{8192, 2048}, {2048, 8192}};
+  const std::vector<int64_t> ms =
+      o.quick ? std::vector<int64_t>{1, 8, 32} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64};
+  for (const std::string& dt : o.dtypes) {
+    const DType d = dtype_from_name(dt);
+    for (const Shape2& s : shapes) {
+      const int64_t max_m = ms.back();
+      Arena arena(aligned_bytes(Shape{s.n, s.k}, d) + aligned_bytes(Shape{max_m, s.k}, d) +
+                      aligned_bytes(Shape{max_m, s.n}, DType::kF32) + 4 * Arena::kAlignment,
+                  "gemv");
+      Tensor w = arena.tensor(Shape{s.n, s.k}, d);
+      Tensor xall = arena.tensor(Shape{max_m, s.k}, d);
+      Tensor yall = arena.tensor(Shape{max_m, s.n}, DType::kF32);
+      fill(w, 1);
+      fill(xall, 2);
+      for (int64_t m : ms) {
+        Tensor x = xall.slice0(0, m), y = yall.slice0(0, m);
+        const int reps = o.quick ? 5 : 15;
+        ops::gemv(x, w, y);
+        ops::matmul(x, w, y, {.trans_b = true});
+        const double tg = median_time(reps, [&] { ops::gemv(x, w, y); });
+        const double td = median_time(reps, [&] { ops::matmul(x, w, y, {.trans_b = true}); });
+        const double bytes = static_cast<double>(w.nbytes()),
+                     flops = static_cast<double>(ops::gemv_flops(m, s.n, s.k));
+        fmt::print("| {} x {} | {} | {} | {:.1f} | {:.0f}% | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n", s.n, s.k,
+                   dt, m, bytes / tg / 1e9, 100 * bytes / tg / 1e9 / triad, flops / tg / 1e9,
+                   bytes / td / 1e9, flops / td / 1e9, td / tg);
+      }
+    }
+  }
+}
+
+// ---- the engine -------------------------------------------------------------------------------
+
+models::ModelSpec model_spec(const std::string& name, DType dtype) {
+  models::ModelSpec s;
+  if (name == "125m") {
+    s.emb_dim = 768, s.num_query_heads = 12, s.num_kv_heads = 12, s.head_dim = 64, s.mlp_dim = 2048;
+    s.num_decoder_layers = 12, s.vocab_size = 32000;
+  } else if (name == "1b") {  // Llama-3.2-1B
+    s.emb_dim = 2048, s.num_query_heads = 32, s.num_kv_heads = 8, s.head_dim = 64, s.mlp_dim = 8192;
+    s.num_decoder_layers = 16, s.vocab_size = 128256, s.logits_via_embedding = true;
+    s.rope_theta = 500000.0, s.rope_type = "llama3.1";
+  } else {
+    fail(ErrorKind::kConfig, "decode_bench: unknown model '{}' (125m, 1b)", name);
+  }
+  s.dtype = dtype;
+  return s;
+}
+
+// Bytes of weights one decode step reads: every projection, and the unembedding (the embedding
+// table when tied); the input embedding contributes one row per token and norms E floats each.
+double weight_bytes_per_token(const models::ModelSpec& s) {
+  const double E = static_cast<double>(s.emb_dim), H = static_cast<double>(s.num_query_heads);
+  const double K = static_cast<double>(s.num_kv_heads), D = static_cast<double>(s.head_dim);
+  const double F = static_cast<double>(s.mlp_dim), V = static_cast<double>(s.vocab_size);
+  const double per_layer = E * (H + 2 * K) * D + H * D * E + 3 * E * F;
+  return static_cast<double>(dtype_size(s.dtype)) *
+         (static_cast<double>(s.num_decoder_layers) * per_layer + V * E);
+}
+
+// FLOPs a prefill of P tokens needs: every layer's projections for all P rows except the last
+// layer's output projection and MLP (only the last row's output is used), causal attention, and
+// the logits of the last row.
+double prefill_flops(const models::ModelSpec& s, int64_t P) {
+  const double E = static_cast<double>(s.emb_dim), H = static_cast<double>(s.num_query_heads);
+  const double K = static_cast<double>(s.num_kv_heads), D = static_cast<double>(s.head_dim);
+  const double F = static_cast<double>(s.mlp_dim), V = static_cast<double>(s.vocab_size);
+  const double L = static_cast<double>(s.num_decoder_layers), p = static_cast<double>(P);
+  const double qkv = 2 * E * (H + 2 * K) * D, rest = 2 * (H * D * E + 3 * E * F);
+  return L * p * qkv + (L - 1) * p * rest + rest +
+         L * ops::attention_fwd_flops(1, P, s.num_query_heads, s.head_dim) + 2 * E * V;
+}
+
+// Random weights: a staging tensor as large as the largest parameter, filled per request with
+// uniform values of the scale training's init gives (1 / sqrt(fan_in); the embedding +-1; norms 1).
+class RandomParameters {
+ public:
+  explicit RandomParameters(const models::ModelSpec& spec) {
+    int64_t most = 0;
+    for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {
+      shapes_[name] = shape;
+      most = std::max(most, shape.numel());
+    }
+    arena_ = Arena(aligned_bytes(Shape{most}, DType::kF32), "bench-params");
+    buffer_ = arena_.tensor(Shape{most}, DType::kF32);
+  }
+  Tensor operator()(const std::string& name) {
+    const Shape shape = shapes_.at(name);
+    Tensor t(buffer_.data(), shape, DType::kF32);
+    if (name.ends_with(".scale")) {
+      std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), 1.0f);
+    } else {
+      const float a =
+          name == "token_embedder.embedding" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape[0]));
+      fill(t, ++seed_, -a, a);
+    }
+    return t;
+  }
+
+ private:
+  std::map<std::string, Shape> shapes_;
+  Arena arena_;
+  Tensor buffer_;
+  uint64_t seed_ = 0;
+};
+
+struct EngineRow {
+  std::string model, dtype;
+  double weight_gb = 0;
+  double decode_tps = 0, bound_tps = 0;
+  int64_t prefill_len = 0;
+  double prefill_tps = 0, prefill_mfu = 0;
+  double batch8_tps = 0, batch32_tps = 0;
+};
+
+// Decodes `steps` tokens in `slots` slots (already prefilled); returns tokens/s over the steps.
+double decode_rate(infer::Engine& e, int slots, int steps, std::vector<float>& logits) {
+  std::vector<int> ids(static_cast<size_t>(slots));
+  std::vector<int32_t> tokens(static_cast<size_t>(slots), 7);
+  for (int i = 0; i < slots; ++i) ids[static_cast<size_t>(i)] = i;
+  e.decode(ids, tokens, logits);  // a warm step
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) e.decode(ids, tokens, logits);
+  return static_cast<double>(slots) * steps / seconds_since(t0);
+}
+
+EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt, double triad,
+                      const train::DevicePeak& peak) {
+  const models::ModelSpec spec = model_spec(model, dtype_from_name(dt));
+  const int64_t prefill_len = o.quick ? 64 : 256, prompt = 16;
+  const int steps1 = o.quick ? 16 : 64, stepsb = o.quick ? 4 : 16;
+  EngineRow row{model, dt};
+  row.prefill_len = prefill_len;
+  RandomParameters params(spec);
+  const auto t_load = Clock::now();
+  auto engine = infer::make_engine(
+      spec,
+      {.max_slots = 32, .max_target_length = prefill_len + steps1 + 2, .max_prefill_length = prefill_len},
+      [&](const std::string& n) { return params(n); });
+  fmt::print(stderr, "{} {}: engine built in {:.1f} s\n", model, dt, seconds_since(t_load));
+  const int64_t V = spec.vocab_size;
+  std::vector<float> logits(static_cast<size_t>(32 * V));
+  std::vector<int32_t> tokens(static_cast<size_t>(prefill_len), 3);
+
+  // Prefill: the median of 3.
+  const double tp = median_time(3, [&] { engine->prefill(0, tokens, logits); });
+  row.prefill_tps = static_cast<double>(prefill_len) / tp;
+  row.prefill_mfu = prefill_flops(spec, prefill_len) / tp / peak.for_dtype(spec.dtype);
+
+  // Batch 1.
+  engine->prefill(0, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
+  row.decode_tps = decode_rate(*engine, 1, steps1, logits);
+  row.weight_gb = weight_bytes_per_token(spec) / 1e9;
+  row.bound_tps = triad / row.weight_gb;
+  // Batches of 8 and 32.
+  for (int b : {8, 32}) {
+    for (int s = 0; s < b; ++s)
+      engine->prefill(s, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
+    (b == 8 ? row.batch8_tps : row.batch32_tps) = decode_rate(*engine, b, stepsb, logits);
+  }
+  return row;
+}
+
+void engine_section(const Options& o, double triad) {
+  const train::DevicePeak peak = train::calibrate_cpu_peak();
+  fmt::print("\n## Engine: decode against the bandwidth bound, prefill, batched decode\n\n");
+  fmt::print("peak (calibrated): f32 {:.0f} GFLOP/s, bf16 {:.0f} GFLOP/s; triad {:.1f} GB/s\n\n",
+             peak.f32_flops / 1e9, peak.bf16_flops / 1e9, triad);
+  fmt::print(
+      "| model | dtype | weights GB/token | batch-1 tokens/s | bound tokens/s | % of bound | prefill tokens "
+      "| prefill tokens/s | prefill MFU | batch 8 tokens/s | batch 32 tokens/s |\n");
+  fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const std::string& m : o.models)
+    for (const std::string& dt : o.dtypes) {
+      const EngineRow r = engine_case(o, m, dt, triad, peak);
+      fmt::print(
+          "| {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {} | {:.1f} | {:.1f}% | {:.1f} | {:.1f} |\n",
+          r.model, r.dtype, r.weight_gb, r.decode_tps, r.bound_tps, 100 * r.decode_tps / r.bound_tps,
+          r.prefill_len, r.prefill_tps, 100 * r.prefill_mfu, r.batch8_tps, r.batch32_tps);
+      std::fflush(stdout);
+    }
+}
+
+// The Sampler on one row of a 128256-token vocabulary (Llama 3's), per strategy.
+void sampling_section(const Options& o) {
+  fmt::print(
+      "\n## Sampling one token from 128256 logits (microseconds, median)\n\n| strategy | us |\n| --- | ---: "
+      "|\n");
+  Arena arena(aligned_bytes(Shape{128256}, DType::kF32), "logits");
+  Tensor logits = arena.tensor(Shape{128256}, DType::kF32);
+  fill(logits, 5, -8.0f, 8.0f);
+  const std::span<const float> row(logits.ptr<float>(), 128256);
+  const std::vector<infer::SamplingParams> cases = {
+      {.strategy = "greedy"},
+      {.strategy = "weighted", .temperature = 0.8},
+      {.strategy = "topk", .temperature = 0.8, .top_k = 50},
+      {.strategy = "nucleus", .temperature = 0.8, .nucleus_p = 0.9},
+      {.strategy = "composite", .temperature = 0.8, .nucleus_p = 0.9, .top_k = 50}};
+  infer::Sampler sampler(1);
+  for (const auto& p : cases) {
+    sampler.sample(row, p);
+    const double t = median_time(o.quick ? 5 : 21, [&] { sampler.sample(row, p); });
+    fmt::print("| {} | {:.0f} |\n", p.strategy, t * 1e6);
+  }
+}
+
+int run(const Options& o) {
+  fmt::print("# decode_bench: {} threads, {} kernels\n", num_threads(), isa_name(active_isa()));
+  const double triad = triad_gbps();
+  fmt::print("stream triad: {:.1f} GB/s (3 x {} MiB, best of 5)\n", triad, kTriadBytesEach >> 20);
+  if (o.gemv) gemv_section(o, triad);
+  if (o.engine) {
+    sampling_section(o);
+    engine_section(o, triad);
+  }
+  return 0;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t end = std::min(s.find(',', pos), s.size());
+    if (end > pos) out.push_back(s.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--skip-gemv") {
+      o.gemv = false;
+    } else if (a == "--skip-engine") {
+      o.engine = false;
+    } else if (a == "--models" && i + 1 < argc) {
+      o.models = tessera::split(argv[++i]);
+    } else if (a == "--dtypes" && i + 1 < argc) {
+      o.dtypes = tessera::split(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] "
+                   "[--skip-engine]\n");
+      return 2;
+    }
+  }
+  try {
+    return tessera::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "decode_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,62 @@
+// gemv op entry: shape and dtype checks, then the kernels; and the double reference.
+#include "tessera/ops/gemv.h"
+
+#include "tessera/backends/cpu/gemv_kernels.h"
+#include "tessera/core/error.h"
+
+namespace tessera::ops {
+
+namespace {
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto p = static_cast<const char*>(a.data()), q = static_cast<const char*>(b.data());
+  return p < q + b.nbytes() && q < p + a.nbytes();
+}
+
+}  // namespace
+
+void gemv(const Tensor& x, const Tensor& w, const Tensor& y, GemvOptions opts) {
+  TESSERA_CHECK_SHAPE(x.rank() == 2 && w.rank() == 2 && y.rank() == 2,
+                      "gemv: x, w and y must be 2-D, got x {}, w {}, y {}", x.str(), w.str(), y.str());
+  TESSERA_CHECK_SHAPE((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && w.dtype() == x.dtype(),
+                      "gemv: x and w must be both float32 or both bfloat16, got x {}, w {}", x.str(),
+                      w.str());
+  TESSERA_CHECK_SHAPE(y.dtype() == DType::kF32 || (y.dtype() == DType::kBF16 && x.dtype() == DType::kBF16),
+                      "gemv: y must be float32, or bfloat16 with bfloat16 x and w; got y {} for x {}",
+                      y.str(), x.str());
+  TESSERA_CHECK_SHAPE(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
+                      "gemv: x, w and y must be contiguous");
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  TESSERA_CHECK_SHAPE(w.dim(1) == k,
+                      "gemv: w must be [N, {}] (one output per row, K = x's columns), got w {}", k, w.str());
+  TESSERA_CHECK_SHAPE(y.dim(0) == m && y.dim(1) == n,
+                      "gemv: y must be [{}, {}] (x's rows, w's rows), got y {}", m, n, y.str());
+  TESSERA_CHECK_SHAPE(y.numel() == 0 || (!overlaps(y, x) && !overlaps(y, w)),
+                      "gemv: y {} overlaps an input (x {}, w {})", y.str(), x.str(), w.str());
+  if (m == 0 || n == 0) return;
+  const cpu::GemvArgs a{m, n, k, x.data(), k, w.data(), k, y.data(), n, opts.accumulate};
+  const cpu::GemvKernels& kern = cpu::gemv_kernels();
+  if (x.dtype() == DType::kF32)
+    kern.f32(a);
+  else if (y.dtype() == DType::kF32)
+    kern.bf16_f32(a);
+  else
+    kern.bf16_bf16(a);
+}
+
+int64_t gemv_bytes(int64_t m, int64_t n, int64_t k, DType xw_dtype, DType y_dtype, bool accumulate) {
+  const auto e = static_cast<int64_t>(dtype_size(xw_dtype)), ye = static_cast<int64_t>(dtype_size(y_dtype));
+  return (m * k + n * k) * e + m * n * ye * (accumulate ? 2 : 1);
+}
+
+void gemv_ref(const double* x, const double* w, double* y, int64_t m, int64_t n, int64_t k,
+              GemvOptions opts) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0;
+      for (int64_t j = 0; j < k; ++j) s += x[i * k + j] * w[r * k + j];
+      y[i * n + r] = opts.accumulate ? y[i * n + r] + s : s;
+    }
+}
+
+}  // namespace tessera::ops
