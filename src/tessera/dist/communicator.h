@@ -45,6 +45,9 @@ class Communicator {
 
   // In place: every rank ends with the element-wise reduction of all ranks' `data`.
   virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOp::kSum) = 0;
+  // The same for doubles (DType has no f64): loss sums, token counts and squared norms, reduced
+  // without float32 rounding.
+  virtual void all_reduce_f64(double* data, size_t count, ReduceOp op = ReduceOp::kSum) = 0;
   // `send` holds `count` elements; `recv` (size() * count) ends with rank r's part at r * count.
   virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
   // `send` holds size() * count elements; `recv` (count) ends with the sum over ranks of their
@@ -53,7 +56,8 @@ class Communicator {
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual void barrier() = 0;
 
-  virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count,
+                                                    DType dtype) = 0;
   virtual std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
                                                         DType dtype) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum

@@ -18,7 +18,8 @@
 
 namespace tessera::graph {
 
-Executor::Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope) : plan_(plan), rope_(std::move(rope)) {
+Executor::Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh)
+    : plan_(plan), rope_(std::move(rope)), mesh_(mesh) {
   for (const Value& v : plan_.graph().values())
     if (v.kind == ValueKind::kParam) grads_.push_back(plan_.view(v.grad));
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/dist/mesh.h"
 #include "tessera/graph/plan.h"
 #include "tessera/ops/optimizer.h"
 #include "tessera/ops/rope.h"
@@ -34,7 +35,8 @@ struct OptimizerResult {
 
 class Executor {
  public:
-  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope);
+  // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on.
+  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh = nullptr);
 
   void zero_grads();
   // Runs forward, recompute and backward nodes; returns the sum of the per-token losses of the
@@ -45,6 +47,7 @@ class Executor {
   OptimizerResult apply_optimizer(const OptimizerStep& step);
 
   Plan& plan() { return plan_; }
+  dist::Mesh* mesh() { return mesh_; }
 
   // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
   // clock reads per node; off by default.
@@ -58,6 +61,7 @@ class Executor {
 
   Plan& plan_;
   std::unique_ptr<ops::RopeTable> rope_;
+  dist::Mesh* mesh_ = nullptr;
   OptimizerStep step_;
   double grad_scale_ = 1;
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip

@@ -27,6 +27,11 @@ struct ModelSpec {
   DType dtype = DType::kF32;            // compute dtype of activations and matmul inputs
   float z_loss = 0.0f;
 
+  // Tensor parallelism: this rank builds the tp_rank-th of tp_size slices of the heads, the MLP
+  // columns and the vocabulary (the trainer fills both from the mesh's tensor axis; 1 and 0 for
+  // one device).
+  int64_t tp_size = 1, tp_rank = 0;
+
   // Batch geometry of one micro-step.
   int64_t batch = 0;  // B: sequences per device per micro-step
   int64_t seq = 0;    // T: max_target_length
