@@ -8,13 +8,16 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/communicator.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/attention.h"
+#include "tessera/ops/convert.h"
 #include "tessera/ops/cross_entropy.h"
 #include "tessera/ops/elementwise.h"
 #include "tessera/ops/embedding.h"
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/norm.h"
+#include "tessera/ops/vocab_parallel.h"
 
 namespace tessera::graph {
 
@@ -45,6 +48,39 @@ ops::AttentionOptions attention_options(const Plan& p, const Node& n, size_t seg
   o.sliding_window = n.attrs.sliding_window;
   if (n.in.size() > seg_index) o.segment_ids = p.view(n.in[seg_index]);
   return o;
+}
+
+// ---- tensor parallelism (graph.h): the collectives of the tensor axis ----------------------------
+
+dist::Communicator& tensor_group(dist::Mesh* mesh) {
+  static const std::unique_ptr<dist::Communicator> one = dist::make_single_process_communicator();
+  return mesh ? mesh->axis(MeshAxis::kTensor) : *one;
+}
+
+// Megatron's g (and f's backward): y = the sum over the tensor group of x. y may be x (in place).
+// Reductions run in f32, so a bf16 value is summed through `scratch` (f32, x's shape): each
+// rank's bf16 partial is widened exactly, the sum rounded to bf16 once.
+void tensor_all_reduce(dist::Communicator& group, const Tensor& x, const Tensor& y, const Tensor* scratch) {
+  if (x.dtype() == DType::kF32) {
+    if (y.data() != x.data()) std::memcpy(y.data(), x.data(), x.nbytes());
+    group.all_reduce(y.data(), static_cast<size_t>(y.numel()), DType::kF32);
+    return;
+  }
+  TESSERA_ASSERT(scratch != nullptr);
+  ops::convert(x, *scratch);
+  group.all_reduce(scratch->data(), static_cast<size_t>(scratch->numel()), DType::kF32);
+  ops::convert(*scratch, y);
+}
+
+// The vocab-parallel loss: ops/vocab_parallel.h's three steps around its two all-reduces.
+void vocab_cross_entropy(dist::Communicator& group, const Tensor& logits, const Tensor& targets,
+                         const NodeAttrs& a, const Tensor& loss, const Tensor& lse, const Tensor& stats) {
+  const ops::VocabShardRange r{.offset = a.vocab_offset, .vocab = a.vocab};
+  ops::vocab_cross_entropy_partials(logits, targets, r, lse, stats);
+  group.all_reduce(lse.data(), static_cast<size_t>(lse.numel()), DType::kF32, dist::ReduceOp::kMax);
+  ops::vocab_cross_entropy_rescale(lse, stats);
+  group.all_reduce(stats.data(), static_cast<size_t>(stats.numel()), DType::kF32);
+  ops::vocab_cross_entropy_finish(targets, stats, a.z_loss, lse, loss);
 }
 
 }  // namespace
@@ -94,6 +130,25 @@ void Executor::run(const Node& n) {
     case OpKind::kCrossEntropy: ops::cross_entropy_forward(in(0), in(1), out(0), out(1), a.z_loss); break;
     case OpKind::kCrossEntropyBwd:  // in: logits, targets, lse, dloss
       ops::cross_entropy_backward(in(0), in(1), in(2), in(3), out(0), a.z_loss);
+      break;
+    case OpKind::kTpCopy:  // the identity: nothing to do unless a recomputed copy has its own buffer
+      if (out(0).data() != in(0).data()) std::memcpy(out(0).data(), in(0).data(), in(0).nbytes());
+      break;
+    case OpKind::kTpAllReduce:
+      tensor_all_reduce(tensor_group(mesh_), in(0), out(0), n.out.size() > 1 ? &out(1) : nullptr);
+      break;
+    case OpKind::kVocabEmbedding:
+      ops::vocab_embedding_forward(in(0), in(1), {.offset = a.vocab_offset, .vocab = a.vocab}, out(0));
+      break;
+    case OpKind::kVocabEmbeddingBwd:
+      ops::vocab_embedding_backward(in(0), in(1), {.offset = a.vocab_offset, .vocab = a.vocab}, out(0));
+      break;
+    case OpKind::kVocabCrossEntropy:
+      vocab_cross_entropy(tensor_group(mesh_), in(0), in(1), a, out(0), out(1), out(2));
+      break;
+    case OpKind::kVocabCrossEntropyBwd:  // in: logits, targets, lse, dloss
+      ops::vocab_cross_entropy_backward(in(0), in(1), {.offset = a.vocab_offset, .vocab = a.vocab}, in(2),
+                                        in(3), out(0), a.z_loss);
       break;
     case OpKind::kAdamW: {
       ops::AdamWHyperparams hp = step_.adamw;

@@ -50,8 +50,20 @@ float truncated(uint64_t key, uint64_t i, float z) {
   return z;
 }
 
+// The row-major index in the whole (global) tensor of element `i` of a tensor-parallel shard.
+int64_t global_element(const graph::Value& v, int64_t i) {
+  if (!v.tp.split()) return i;
+  const Shape& s = v.shape;
+  int64_t inner = 1;  // elements per index of the split dimension
+  for (int d = v.tp.dim + 1; d < s.rank(); ++d) inner *= s[d];
+  const int64_t outer = i / (s[v.tp.dim] * inner), at = i / inner % s[v.tp.dim], rest = i % inner;
+  return (outer * v.tp.global + v.tp.offset + at) * inner + rest;
+}
+
 }  // namespace
 
+// Each element's value is drawn for its index in the whole tensor (global_element), so a
+// tensor-parallel shard holds exactly its slice of the one-device initialisation.
 void init_params(graph::Plan& plan, uint64_t seed) {
   const auto& values = plan.graph().values();
   for (size_t id = 0; id < values.size(); ++id) {
@@ -63,9 +75,19 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const bool is_norm = v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
-    const auto kernel_std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v.shape[0])) / 0.87962566103423978);
+    const double fan_in = static_cast<double>(graph::global_shape(v)[0]);
+    const auto kernel_std = static_cast<float>(1.0 / std::sqrt(fan_in) / 0.87962566103423978);
     if (is_norm) {
       std::fill(w, w + n, 1.0f);
+      continue;
+    }
+    auto value = [&](uint64_t i, float z) { return is_embedding ? z : kernel_std * truncated(key, i, z); };
+    if (v.tp.split()) {  // one draw per element (a Box-Muller pair may straddle the shard's edge)
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        const auto gi = static_cast<uint64_t>(global_element(v, i));
+        w[i] = value(gi, normal_at(key, gi));
+      }
       continue;
     }
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -74,7 +96,7 @@ void init_params(graph::Plan& plan, uint64_t seed) {
       normal_pair(key, static_cast<uint64_t>(j), &z[0], &z[1]);
       for (int64_t e = 0; e < 2 && 2 * j + e < n; ++e) {
         const int64_t i = 2 * j + e;
-        w[i] = is_embedding ? z[e] : kernel_std * truncated(key, static_cast<uint64_t>(i), z[e]);
+        w[i] = value(static_cast<uint64_t>(i), z[e]);
       }
     }
   }

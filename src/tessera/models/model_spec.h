@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessera/core/dtype.h"
 
@@ -31,6 +32,9 @@ struct ModelSpec {
   // columns and the vocabulary (the trainer fills both from the mesh's tensor axis; 1 and 0 for
   // one device).
   int64_t tp_size = 1, tp_rank = 0;
+  // The parameter logical axes that logical_axis_rules put on the tensor axis (heads, q_heads,
+  // kv_heads, mlp, vocab by default): models/tensor_parallel.h fills all three fields.
+  std::vector<std::string> tp_axes;
 
   // Batch geometry of one micro-step.
   int64_t batch = 0;  // B: sequences per device per micro-step
