@@ -24,7 +24,12 @@ namespace tessera::dist {
 
 enum class ReduceOp { kSum, kMax };
 
-// Bytes this rank sent into each kind of collective since the last reset (the logs' figures).
+// Bytes of the buffers this rank passed into each kind of collective since the last reset (the
+// logs' figures): all_reduce and broadcast count the buffer, all_gather the gathered result
+// (size() x count) and reduce_scatter its input (size() x count), so FSDP's analytic figure is
+// 2 gathers + 1 reduce-scatter of the parameters. On a ring each rank sends (size() - 1) / size()
+// of an all-gather's or reduce-scatter's figure and twice that of an all-reduce's. Groups of one
+// count nothing.
 struct TrafficCounters {
   uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0;
   uint64_t total() const { return all_reduce + all_gather + reduce_scatter + broadcast; }

@@ -117,6 +117,19 @@ class MeshImpl final : public Mesh {
   }
   int64_t position() const override { return position_; }
   int64_t num_devices() const override { return world_->size(); }
+  TrafficCounters traffic() const override {
+    TrafficCounters t;
+    auto add = [&](const Communicator& c) {
+      t.all_reduce += c.traffic().all_reduce;
+      t.all_gather += c.traffic().all_gather;
+      t.reduce_scatter += c.traffic().reduce_scatter;
+      t.broadcast += c.traffic().broadcast;
+    };
+    add(*world_);
+    for (const auto& c : axis_) add(*c);
+    for (const auto& [k, c] : groups_) add(*c);
+    return t;
+  }
 
   std::string describe() const override {
     std::vector<std::string> sizes, coords, split;

@@ -38,6 +38,9 @@ class Mesh {
   virtual int64_t position() const = 0;
   // Ranks in the mesh (the product of all axis sizes).
   virtual int64_t num_devices() const = 0;
+  // The bytes this rank passed into collectives on all of the mesh's communicators since they
+  // were made (the logs report differences).
+  virtual TrafficCounters traffic() const = 0;
 };
 
 // The devices of a job as config/ counts them: the world's size, and its hosts (slices): ranks

@@ -261,6 +261,14 @@ void abort_job(int code) {
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+std::pair<int, int> mpi_world_rank_size() {
+  int rank = 0, size = 1;
+  if (mpi_active() && (MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS ||
+                       MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS))
+    return {0, 1};
+  return {rank, size};
+}
+
 std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) fail(ErrorKind::kRuntime, "gethostname failed");

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "tessera/dist/communicator.h"
 
@@ -37,6 +38,9 @@ bool mpi_active();
 // MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job. For cli/ only (library code never
 // ends the process); does nothing when MPI is not active.
 void abort_job(int code);
+
+// MPI_COMM_WORLD's rank and size, for error reports; {0, 1} when MPI is not active.
+std::pair<int, int> mpi_world_rank_size();
 
 // This machine's host name (gethostname), the unit the mesh counts slices in.
 std::string host_name();
