@@ -255,7 +255,7 @@ void Trainer::restore_state() {
   std::optional<CheckpointInfo> info;
   std::string what;
   if (cfg_.enable_checkpointing) {
-    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_);
+    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_, mesh_);
     info = checkpointer_->restore_latest();
     what = "resumed from checkpoint";
   } else if (!cfg_.run_name.empty() && !list_checkpoints(checkpoint_root(cfg_)).empty()) {
@@ -270,15 +270,60 @@ void Trainer::restore_state() {
     info = restore_checkpoint(*plan_, cfg_.load_full_state_path, RestoreKind::kFullState);
     what = "full state loaded from";
   }
+  // Every rank must have restored the same step (they read the same folder; a rank that saw
+  // another file system would diverge silently).
+  if (mesh_->num_devices() > 1) {
+    double steps[2] = {info ? static_cast<double>(info->step) : -1.0,
+                       info ? -static_cast<double>(info->step) : 1.0};
+    mesh_->world().all_reduce_f64(steps, 2, dist::ReduceOp::kMax);
+    if (steps[0] != -steps[1])
+      fail(ErrorKind::kRuntime,
+           "the ranks restored different checkpoints (steps {} to {}): do they all see {}?", -steps[1],
+           steps[0], checkpoint_root(cfg_).string());
+  }
   if (!info) return;
   step_ = info->step;
-  if (!info->data_iterator.is_null()) data_->restore(info->data_iterator.get<data::IteratorState>());
+  restore_data_iterator(*info);
   log_ << fmt::format("{} {}: continuing with step {} ({:.2f} s)\n", what, info->path.string(), step_,
                       since(t0));
 }
 
 nlohmann::json Trainer::data_iterator_state() const {
   return data_->state();
+}
+
+// Each data x fsdp reader resumes its own position. A checkpoint of another number of readers
+// carries over when the source is read as rows (synthetic data, packed token windows): reader r
+// of R has drawn `row` rows, i.e. global rows below row x R, which R' readers reach at row x R / R'.
+// Document streams (text, packing=false) have per-reader cursors that do not map: refused.
+void Trainer::restore_data_iterator(const CheckpointInfo& info) {
+  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  const int64_t reader = mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}).rank();
+  std::vector<data::IteratorState> saved;
+  if (info.data_iterators.is_array())
+    for (const auto& j : info.data_iterators) saved.push_back(j.get<data::IteratorState>());
+  else if (!info.data_iterator.is_null())
+    saved.push_back(info.data_iterator.get<data::IteratorState>());
+  if (saved.empty()) return;
+  if (static_cast<int64_t>(saved.size()) == readers) {
+    data_->restore(saved[static_cast<size_t>(reader)]);
+    return;
+  }
+  const data::IteratorState& first = saved[0];
+  for (const data::IteratorState& st : saved)
+    if (st.doc != 0 || st.offset != 0 || st.row != first.row || st.epoch != first.epoch)
+      fail(ErrorKind::kConfig,
+           "{}: saved by {} data x fsdp reader(s), restored by {}: the data position of a document stream "
+           "(dataset_type=text or packing=false) does not carry over to another number of readers",
+           info.path.string(), saved.size(), readers);
+  const uint64_t global_rows = first.row * saved.size();
+  if (global_rows % static_cast<uint64_t>(readers) != 0)
+    fail(ErrorKind::kConfig, "{}: {} rows were read, which {} readers cannot split evenly",
+         info.path.string(), global_rows, readers);
+  data::IteratorState st = data_->state();  // this reader's signature
+  st.epoch = first.epoch;
+  st.row = global_rows / static_cast<uint64_t>(readers);
+  data_->restore(st);
 }
 
 Trainer::~Trainer() = default;
