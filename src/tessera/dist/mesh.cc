@@ -25,20 +25,9 @@ namespace tessera::dist {
 
 namespace {
 
-constexpr size_t kHostNameBytes = 64;
-
-// Every rank's host name (truncated to kHostNameBytes - 1 characters), in world rank order.
+// Every rank's host name, in world rank order.
 std::vector<std::string> gather_host_names(Communicator& world) {
-  std::vector<char> mine(kHostNameBytes, '\0');
-  const std::string h = host_name();
-  std::memcpy(mine.data(), h.data(), std::min(h.size(), kHostNameBytes - 1));
-  std::vector<char> all(kHostNameBytes * static_cast<size_t>(world.size()));
-  // As int32 words: the communicator moves typed elements (kHostNameBytes is a multiple of 4).
-  world.all_gather(mine.data(), all.data(), kHostNameBytes / 4, DType::kI32);
-  std::vector<std::string> names;
-  for (int r = 0; r < world.size(); ++r)
-    names.emplace_back(all.data() + static_cast<size_t>(r) * kHostNameBytes);
-  return names;
+  return all_gather_strings(world, host_name());
 }
 
 struct HostLayout {
@@ -178,6 +167,24 @@ class MeshImpl final : public Mesh {
 };
 
 }  // namespace
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
+  // Lengths first, then every string padded to the longest, moved as int64 words (the
+  // communicator moves typed elements).
+  const auto n = static_cast<size_t>(comm.size());
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(n);
+  comm.all_gather(&len, lens.data(), 1, DType::kI64);
+  const size_t words =
+      std::max<size_t>((static_cast<size_t>(*std::max_element(lens.begin(), lens.end())) + 7) / 8, 1);
+  std::vector<int64_t> buf(words, 0), all(words * n);
+  std::memcpy(buf.data(), mine.data(), mine.size());
+  comm.all_gather(buf.data(), all.data(), words, DType::kI64);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < n; ++r)
+    out.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), static_cast<size_t>(lens[r]));
+  return out;
+}
 
 DeviceCount count_devices(Communicator& world) {
   const HostLayout l = host_layout(gather_host_names(world));

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/config/config.h"
 #include "tessera/dist/communicator.h"
@@ -42,6 +43,9 @@ class Mesh {
   // were made (the logs report differences).
   virtual TrafficCounters traffic() const = 0;
 };
+
+// Every rank's `mine`, by rank (collective over `comm`; strings of any length).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
 // The devices of a job as config/ counts them: the world's size, and its hosts (slices): ranks
 // grouped by host name, every host running the same number of ranks (kConfig otherwise). Collective

@@ -87,6 +87,7 @@ class Trainer {
   data::Batch input_batch();
   void evaluate();
   void restore_state();
+  void restore_data_iterator(const CheckpointInfo& info);
   void write_metrics(const StepMetrics& m, bool flush);
   nlohmann::json data_iterator_state() const;
 
