@@ -1,5 +1,7 @@
 #include "tessera/graph/graph.h"
 
+#include <fmt/format.h>
+
 #include "tessera/core/error.h"
 
 namespace tessera::graph {
@@ -43,6 +45,14 @@ Shape global_shape(const Value& v) {
   Shape s = v.shape;
   if (v.tp.split()) s[v.tp.dim] = v.tp.global;
   return s;
+}
+
+std::string describe_tensor_shard(const Value& v) {
+  if (!v.tp.split()) return "";
+  const std::string axis =
+      v.tp.dim < static_cast<int>(v.logical_axes.size()) ? " (" + v.logical_axes[v.tp.dim] + ")" : "";
+  return fmt::format("tensor slice [{}:{}] of dim {}{} of {}", v.tp.offset, v.tp.offset + v.shape[v.tp.dim], v.tp.dim,
+                     axis, global_shape(v).str());
 }
 
 void Graph::set_tensor_parallel(TensorParallel tp) {
@@ -321,6 +331,22 @@ ValueId Graph::tp_all_reduce(ValueId x, const std::string& name, const std::stri
   if (xv.dtype != DType::kF32) out.push_back(activation(name + ".f32", xv.shape, DType::kF32));
   add_node(make(OpKind::kTpAllReduce, {x}, out, name, phase_, layer_, ckpt));
   return y;
+}
+
+TensorParallelTraffic tensor_parallel_traffic(const Graph& g) {
+  TensorParallelTraffic t;
+  for (const Node& n : g.nodes()) {
+    double bytes = 0;
+    if (n.op == OpKind::kTpAllReduce) {
+      bytes = 4.0 * static_cast<double>(g.value(n.in[0]).shape.numel());
+      t.all_reduces += 1;
+    } else if (n.op == OpKind::kVocabCrossEntropy) {
+      bytes = 4.0 * 3 * static_cast<double>(g.value(n.in[0]).shape[0]);  // max of [N], sums of [2, N]
+      t.all_reduces += 2;
+    }
+    (n.phase == Phase::kForward ? t.forward : n.phase == Phase::kRecompute ? t.recompute : t.backward) += bytes;
+  }
+  return t;
 }
 
 std::vector<ValueId> Graph::params() const {

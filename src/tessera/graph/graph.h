@@ -83,6 +83,8 @@ struct Value {
 
 // The shape of the whole tensor a (possibly tensor-parallel) value is a shard of.
 Shape global_shape(const Value& v);
+// For logs: "tensor slice [32:64] of dim 1 (q_heads) of [64, 64]"; "" for a whole value.
+std::string describe_tensor_shard(const Value& v);
 
 enum class Phase { kForward, kRecompute, kBackward, kOptimizer };
 
@@ -203,5 +205,16 @@ class Graph {
   Phase phase_ = Phase::kForward;
   ValueId loss_ = kNoValue;
 };
+
+// What the tensor axis's all-reduces move per micro-step on this rank, counted as communicator.h
+// counts (the f32 buffer passed in): each tp_all_reduce node's value (Megatron's g forward and f
+// backward, [N, E] each; bf16 values travel as f32) and the vocab-parallel loss's [N] max and
+// [2, N] sums, by phase. Recomputed forward nodes count again.
+struct TensorParallelTraffic {
+  double forward = 0, recompute = 0, backward = 0;  // bytes
+  int64_t all_reduces = 0;                          // calls
+  double total() const { return forward + recompute + backward; }
+};
+TensorParallelTraffic tensor_parallel_traffic(const Graph& g);
 
 }  // namespace tessera::graph

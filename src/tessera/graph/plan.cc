@@ -84,6 +84,8 @@ void Plan::make_layouts() {
     L.param = p;
     L.layer = std::max(layer[p], -1);
     L.dim_axes = dist::mesh_axes_for(v.logical_axes, v.shape, sharding_.rules, sharding_.sizes);
+    // Tensor parallelism: the graph already holds this rank's slice (graph.h's TensorShard).
+    if (v.tp.split()) L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
     for (int d = 0; d < v.shape.rank(); ++d) {
       const auto& axes = L.dim_axes[static_cast<size_t>(d)];
       const bool fsdp = std::find(axes.begin(), axes.end(), MeshAxis::kFsdp) != axes.end();
@@ -285,11 +287,12 @@ std::string ParamLayout::describe(const Value& v) const {
   for (size_t d = 0; d < dim_axes.size(); ++d)
     dims.push_back(fmt::format("{}:{}", v.logical_axes[d], dist::axes_name(dim_axes[d])));
   std::string s = fmt::format("{} {} ({})", v.name, v.shape.str(), fmt::join(dims, ", "));
+  if (v.tp.split()) s += ": " + describe_tensor_shard(v);
   if (sharded())
-    s += fmt::format(": dim {} split over fsdp ({} pieces) -> {} here", fsdp_dim, fsdp_parts,
-                     stored.shape.str());
+    s += fmt::format("{} dim {} split over fsdp ({} pieces) -> {} here", v.tp.split() ? ";" : ":", fsdp_dim,
+                     fsdp_parts, stored.shape.str());
   else
-    s += ": whole on every rank";
+    s += v.tp.split() ? "; whole over the other axes" : ": whole on every rank";
   if (opt_parts > 1) s += fmt::format("; optimizer state {} (ZeRO-1 over data)", opt.shape.str());
   return s;
 }

@@ -13,14 +13,15 @@
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/models/init.h"
+#include "tessera/models/tensor_parallel.h"
 #include "tessera/ops/optimizer.h"
 
 namespace tessera::train {
 
 namespace {
-// The Llama builder splits heads, MLP and vocabulary over the tensor axis (models/llama.cc) once
-// tensor parallelism is built; until then a tensor axis larger than 1 is refused.
-constexpr bool kTensorParallelismBuilt = false;
+// The Llama builder splits heads, MLP and vocabulary over the tensor axis (models/llama.cc,
+// models/tensor_parallel.h).
+constexpr bool kTensorParallelismBuilt = true;
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
@@ -154,8 +155,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   writes_outputs_ = mesh_->world().rank() == 0;
   set_num_threads(static_cast<int>(cfg.num_threads));
   spec_ = model_spec_from_config(cfg);
-  spec_.tp_size = mesh_->size(MeshAxis::kTensor);
-  spec_.tp_rank = mesh_->coord(MeshAxis::kTensor);
+  models::set_tensor_parallel(spec_, cfg, mesh_->coord(MeshAxis::kTensor));
   // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
   // data x fsdp ranks (tensor ranks share their rows).
   const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
@@ -472,7 +472,8 @@ int Trainer::agree_on_signal(int sig) {
 // for how bytes are counted): FSDP gathers a decoder layer's parameters twice per micro-step
 // (forward, backward), the others once a step, and reduce-scatters the gradients of each
 // micro-step (outer parameters: once a step); whole parameters all-reduce their gradients over
-// data x fsdp; ZeRO-1 reduce-scatters gradients and all-gathers parameters over data.
+// data x fsdp; ZeRO-1 reduce-scatters gradients and all-gathers parameters over data; tensor
+// parallelism all-reduces activations (graph::tensor_parallel_traffic).
 std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t) const {
   double gather = 0, scatter = 0, reduce = 0;
   const double micro = static_cast<double>(cfg_.gradient_accumulation_steps);
@@ -499,6 +500,8 @@ std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t
       if (v.compute_copy != graph::kNoValue) gather += 2 * whole / static_cast<double>(L.fsdp_parts);
     }
   }
+  // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h).
+  reduce += micro * graph::tensor_parallel_traffic(plan_->graph()).total();
   auto mib = [](double b) { return b / (1 << 20); };
   return fmt::format(
       "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "
