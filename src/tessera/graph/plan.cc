@@ -84,8 +84,6 @@ void Plan::make_layouts() {
     L.param = p;
     L.layer = std::max(layer[p], -1);
     L.dim_axes = dist::mesh_axes_for(v.logical_axes, v.shape, sharding_.rules, sharding_.sizes);
-    // Tensor parallelism: the graph already holds this rank's slice (graph.h's TensorShard).
-    if (v.tp.split()) L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
     for (int d = 0; d < v.shape.rank(); ++d) {
       const auto& axes = L.dim_axes[static_cast<size_t>(d)];
       const bool fsdp = std::find(axes.begin(), axes.end(), MeshAxis::kFsdp) != axes.end();
@@ -102,7 +100,13 @@ void Plan::make_layouts() {
              v.name, d, v.logical_axes[d], dist::axes_name(axes));
       if (fsdp) L.fsdp_dim = d;
     }
-    L.stored = dist::whole_piece(v.shape);
+    // Pieces are of the global tensor: under tensor parallelism the graph holds this rank's slice
+    // (graph.h's TensorShard), which fsdp and ZeRO-1 then split further.
+    L.stored = dist::whole_piece(global_shape(v));
+    if (v.tp.split()) {
+      L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
+      L.stored = dist::split_piece(L.stored, v.tp.dim, L.tensor_parts, v.tp.offset / v.shape[v.tp.dim]);
+    }
     if (f > 1 && L.fsdp_dim >= 0 && v.shape[L.fsdp_dim] % f == 0) {
       L.fsdp_parts = f;
       L.fsdp_index = sharding_.coord(MeshAxis::kFsdp);

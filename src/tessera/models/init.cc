@@ -53,17 +53,6 @@ float truncated(uint64_t key, uint64_t i, float z) {
   return z;
 }
 
-// The row-major index in the whole (global) tensor of element `i` of a value that is a
-// tensor-parallel shard (graph.h's TensorShard); i itself for a whole value.
-int64_t global_element(const graph::Value& v, int64_t i) {
-  if (!v.tp.split()) return i;
-  const Shape& s = v.shape;
-  int64_t inner = 1;  // elements per index of the split dimension
-  for (int d = v.tp.dim + 1; d < s.rank(); ++d) inner *= s[d];
-  const int64_t outer = i / (s[v.tp.dim] * inner), at = i / inner % s[v.tp.dim], rest = i % inner;
-  return (outer * v.tp.global + v.tp.offset + at) * inner + rest;
-}
-
 }  // namespace
 
 void init_params(graph::Plan& plan, uint64_t seed) {
@@ -72,8 +61,7 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const graph::Value& v = values[id];
     if (v.kind != graph::ValueKind::kParam) continue;
     // This rank's piece of the whole tensor: element i of the piece is element whole_index(piece, i)
-    // of the graph's value, which under tensor parallelism is itself a shard of the global tensor
-    // (global_element); the element gets the global element's value (and the global fan-in).
+    // of the whole, and gets that element's value (the whole tensor's fan-in, too).
     const dist::Piece& piece = plan.layout(static_cast<graph::ValueId>(id)).stored;
     float* w = plan.state(static_cast<graph::ValueId>(id)).ptr<float>();
     const int64_t n = piece.shape.numel();
@@ -81,17 +69,17 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const bool is_norm = v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
-    const double fan_in = static_cast<double>(graph::global_shape(v)[0]);
-    const auto kernel_std = static_cast<float>(1.0 / std::sqrt(fan_in) / 0.87962566103423978);
+    const auto kernel_std =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(piece.whole[0])) / 0.87962566103423978);
     if (is_norm) {
       std::fill(w, w + n, 1.0f);
       continue;
     }
     auto value = [&](uint64_t i, float z) { return is_embedding ? z : kernel_std * truncated(key, i, z); };
-    if (!piece.covers_all() || v.tp.split()) {  // one draw per element: a pair may straddle an edge
+    if (!piece.covers_all()) {
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) {
-        const auto g = static_cast<uint64_t>(global_element(v, dist::whole_index(piece, i)));
+        const auto g = static_cast<uint64_t>(dist::whole_index(piece, i));
         w[i] = value(g, normal_at(key, g));
       }
       continue;
