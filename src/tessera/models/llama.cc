@@ -70,7 +70,7 @@ namespace {
 // Tensor parallelism splits whole heads, MLP columns and vocabulary rows (graph.h); refuses a split
 // that does not divide, naming the dimension, and rules that split the heads of q, k, v and the out
 // projection differently.
-void set_tensor_parallel(Graph& g, const ModelSpec& s) {
+void apply_tensor_parallel(Graph& g, const ModelSpec& s) {
   if (s.tp_size <= 1) return;
   graph::TensorParallel tp{.size = s.tp_size, .rank = s.tp_rank, .axes = s.tp_axes};
   const int64_t q = tp.ways("q_heads");
@@ -99,7 +99,7 @@ DecoderInputs build_llama(Graph& g, const ModelSpec& s) {
   if (s.decoder_block != "llama2" && s.decoder_block != "mistral" && s.decoder_block != "default")
     fail(ErrorKind::kConfig, "decoder_block '{}' is not built by Tessera yet (available: llama2, mistral)",
          s.decoder_block);
-  set_tensor_parallel(g, s);
+  apply_tensor_parallel(g, s);
   const int64_t N = s.batch * s.seq;
   DecoderInputs in;
   in.tokens = g.input("inputs", Shape{N}, DType::kI32);

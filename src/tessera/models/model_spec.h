@@ -28,12 +28,11 @@ struct ModelSpec {
   DType dtype = DType::kF32;            // compute dtype of activations and matmul inputs
   float z_loss = 0.0f;
 
-  // Tensor parallelism: this rank builds the tp_rank-th of tp_size slices of the heads, the MLP
-  // columns and the vocabulary (the trainer fills both from the mesh's tensor axis; 1 and 0 for
-  // one device).
+  // Tensor parallelism: this rank builds the tp_rank-th of tp_size slices of the parameter axes in
+  // tp_axes, those that logical_axis_rules put on the tensor axis (heads, q_heads, kv_heads, mlp,
+  // vocab by default). The trainer fills all three with models::set_tensor_parallel; 1, 0 and
+  // none for one device.
   int64_t tp_size = 1, tp_rank = 0;
-  // The parameter logical axes that logical_axis_rules put on the tensor axis (heads, q_heads,
-  // kv_heads, mlp, vocab by default): models/tensor_parallel.h fills all three fields.
   std::vector<std::string> tp_axes;
 
   // Batch geometry of one micro-step.

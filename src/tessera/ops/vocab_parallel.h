@@ -20,8 +20,8 @@
 // contract: targets t < 0 are ignored, z_loss adds z * lse^2). Combining per-shard log-sum-exps
 // (rather than max and sum-exp of the logits) lets the shard's pass over its [N, Vl] logits be the
 // cross-entropy kernel itself; the communication is 3N floats either way.
-// Left out: shards of unequal size across ranks are allowed here (tests use them), but the model
-// builder only makes equal ones.
+// Shards may differ in size (the tests use 44, 44 and 43 columns); the model builder makes equal
+// ones. Left out: label smoothing, as in cross_entropy.h.
 #pragma once
 
 #include <cstdint>
