@@ -20,36 +20,33 @@ int axis_index(std::string_view name) {
 
 }  // namespace
 
-std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>& logical_axes,
-                                                 const Shape& shape, const std::vector<AxisRule>& rules,
-                                                 const MeshSizes& sizes) {
+std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>& logical_axes, const Shape& shape,
+                                                 const std::vector<AxisRule>& rules, const MeshSizes& sizes) {
   TESSERA_ASSERT(static_cast<int>(logical_axes.size()) == shape.rank());
   std::vector<std::vector<MeshAxis>> out(logical_axes.size());
+  std::vector<bool> assigned(logical_axes.size(), false);
   std::array<bool, kNumMeshAxes> used{};
-  for (size_t d = 0; d < logical_axes.size(); ++d) {
-    for (const AxisRule& r : rules) {
-      if (r.logical != logical_axes[d]) continue;
-      std::vector<MeshAxis> axes;
-      int64_t product = 1;
-      bool ok = true;
-      for (const std::string& m : r.mesh_axes) {
-        const int a = axis_index(m);
-        if (a < 0)
-          fail(ErrorKind::kConfig, "logical_axis_rules: '{}' (for {}) is not a mesh axis", m, r.logical);
-        if (used[a] || std::find(axes.begin(), axes.end(), static_cast<MeshAxis>(a)) != axes.end()) {
-          ok = false;
-          break;
-        }
-        axes.push_back(static_cast<MeshAxis>(a));
-        product *= sizes[a];
-      }
-      if (!ok || shape[static_cast<int>(d)] % product != 0) continue;
-      for (MeshAxis a : axes) used[static_cast<int>(a)] = true;
-      // Only axes that split something are kept: size-1 axes are "used" but split nothing.
-      for (MeshAxis a : axes)
-        if (sizes[static_cast<int>(a)] > 1) out[d].push_back(a);
-      break;
+  for (const AxisRule& r : rules) {
+    const auto it = std::find(logical_axes.begin(), logical_axes.end(), r.logical);
+    if (it == logical_axes.end()) continue;
+    const auto d = static_cast<size_t>(it - logical_axes.begin());
+    if (assigned[d]) continue;
+    std::vector<MeshAxis> axes;
+    int64_t product = 1;
+    bool free = true;
+    for (const std::string& m : r.mesh_axes) {
+      const int a = axis_index(m);
+      if (a < 0) fail(ErrorKind::kConfig, "logical_axis_rules: '{}' (for {}) is not a mesh axis", m, r.logical);
+      free = free && !used[a] && std::find(axes.begin(), axes.end(), static_cast<MeshAxis>(a)) == axes.end();
+      axes.push_back(static_cast<MeshAxis>(a));
+      product *= sizes[a];
     }
+    if (!free || shape[static_cast<int>(d)] % product != 0) continue;
+    assigned[d] = true;
+    for (MeshAxis a : axes) used[static_cast<int>(a)] = true;
+    // Only axes that split something are kept: size-1 axes are "used" but split nothing.
+    for (MeshAxis a : axes)
+      if (sizes[static_cast<int>(a)] > 1) out[d].push_back(a);
   }
   return out;
 }

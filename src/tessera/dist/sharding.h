@@ -2,12 +2,13 @@
 // and logical_axis_rules), the piece of the whole tensor one rank holds, and the local reorder that
 // an all-gather or reduce-scatter needs when the split dimension is not the first.
 //
-// Rules (MaxText's logical_to_mesh_axes, as config's help for logical_axis_rules says): the
-// dimensions are taken in order; for each, the rules naming its logical axis are tried in order,
-// and the first whose mesh axes are all still unused by this tensor's earlier dimensions and whose
-// sizes multiply to a divisor of the dimension wins (its axes are then used). No rule: the
-// dimension is whole on every rank. Axes of size 1 count as used too, which is why MaxText lists
-// several `embed` rules.
+// Rules (flax's logical_to_mesh_axes, which MaxText uses): the rules are taken in order; a rule
+// applies to the tensor's first dimension with its logical name when that dimension has no mesh
+// axes yet, none of the rule's mesh axes is used by another dimension of the tensor, and (Tessera's
+// addition, as config's help for logical_axis_rules says) the rule's axis sizes multiply to a
+// divisor of the dimension. No rule: the dimension is whole on every rank. Axes of size 1 count as
+// used too, which is why MaxText lists several `embed` rules: [embed, mlp] takes mlp ->
+// [fsdp_transpose, tensor] first, then the second embed rule, which avoids fsdp_transpose.
 //
 // Block layout: a tensor of shape [d0, ..., dk] split into n parts along dimension d is, viewed as
 // [outer, D, inner] (outer = d0 x ... x d(d-1), D = dd, inner = the rest), n pieces
