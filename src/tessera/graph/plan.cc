@@ -37,6 +37,15 @@ ValueId master_of(const Value& v, ValueId id) {
   return v.kind == ValueKind::kParam ? id : v.master;
 }
 
+// The part of the global tensor a parameter value holds before FSDP splits it: the whole tensor,
+// or under tensor parallelism this rank's slice of the global tensor (whole = the global shape,
+// offset along the split dimension). Pieces are in global coordinates so that init
+// (models/init.cc: whole_index is the global element) and checkpoints (their "piece:" metadata,
+// restored on any mesh) see the same tensor at every tensor-parallel size.
+dist::Piece tensor_slice(const Value& v) {
+  return dist::whole_piece(v.shape);
+}
+
 }  // namespace
 
 int64_t PlanSharding::world() const {
@@ -100,7 +109,7 @@ void Plan::make_layouts() {
              v.name, d, v.logical_axes[d], dist::axes_name(axes));
       if (fsdp) L.fsdp_dim = d;
     }
-    L.stored = dist::whole_piece(v.shape);
+    L.stored = tensor_slice(v);
     if (f > 1 && L.fsdp_dim >= 0 && v.shape[L.fsdp_dim] % f == 0) {
       L.fsdp_parts = f;
       L.fsdp_index = sharding_.coord(MeshAxis::kFsdp);
