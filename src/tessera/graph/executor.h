@@ -56,6 +56,7 @@ class Executor {
 
   Plan& plan() { return plan_; }
   dist::Mesh* mesh() { return mesh_; }
+  ParamSync* param_sync() { return sync_.get(); }  // nullptr on one device
 
   // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
   // clock reads per node; off by default.

@@ -1,5 +1,6 @@
 #include "tessera/graph/param_sync.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "tessera/core/error.h"
@@ -115,6 +116,14 @@ ParamSync::Schedule ParamSync::build_schedule(bool forward_only) const {
   return s;
 }
 
+void ParamSync::wait_all(std::vector<std::unique_ptr<Request>>& reqs) {
+  if (reqs.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& r : reqs) r->wait();
+  reqs.clear();
+  exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // ---- parameter gathers
 
 namespace {
@@ -140,8 +149,7 @@ void finish_reorder(const Plan& plan, const ParamLayout& L) {
 
 void ParamSync::finish_slot_gather(Slot& s) {
   if (s.reqs.empty()) return;
-  for (auto& r : s.reqs) r->wait();
-  s.reqs.clear();
+  wait_all(s.reqs);
   for (int k : layer_layouts_[static_cast<size_t>(s.owner)])
     finish_reorder(plan_, plan_.layouts()[static_cast<size_t>(k)]);
 }
@@ -157,7 +165,7 @@ void ParamSync::gather_layer(int layer, bool wait) {
       for (const auto& g : L.gathered) s.reqs.push_back(start_gather(plan_, L, g, fsdp_));
     }
   }
-  if (wait) finish_slot_gather(s);
+  if (wait || !overlap_) finish_slot_gather(s);
 }
 
 void ParamSync::ensure_layer(int layer) {
@@ -168,9 +176,9 @@ void ParamSync::start_outer_gathers() {
   for (int k : outer_layouts_) {
     const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
     auto& reqs = outer_reqs_[static_cast<size_t>(k)];
-    for (auto& r : reqs) r->wait();  // from a step whose pass never read it
-    reqs.clear();
+    wait_all(reqs);  // from a step whose pass never read it
     for (const auto& g : L.gathered) reqs.push_back(start_gather(plan_, L, g, fsdp_));
+    if (!overlap_) wait_outer(k);
   }
   outer_fresh_ = true;
 }
@@ -178,8 +186,7 @@ void ParamSync::start_outer_gathers() {
 void ParamSync::wait_outer(int k) {
   auto& reqs = outer_reqs_[static_cast<size_t>(k)];
   if (reqs.empty()) return;
-  for (auto& r : reqs) r->wait();
-  reqs.clear();
+  wait_all(reqs);
   finish_reorder(plan_, plan_.layouts()[static_cast<size_t>(k)]);
 }
 
@@ -208,8 +215,7 @@ const Tensor& grad_blocks(const Plan& plan, const ParamLayout& L) {
 
 void ParamSync::drain_grad_slot(Slot& s) {
   if (s.owner < 0) return;
-  for (auto& r : s.reqs) r->wait();
-  s.reqs.clear();
+  wait_all(s.reqs);
   for (int k : layer_layouts_[static_cast<size_t>(s.owner)]) {
     const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
     add_into(plan_.state(plan_.graph().value(L.param).grad), L.reduced);
@@ -235,6 +241,7 @@ void ParamSync::start_layer_reduce(int layer) {
     s.reqs.push_back(fsdp_.reduce_scatter_async(src.data(), L.reduced.data(),
                                                 static_cast<size_t>(L.reduced.numel()), DType::kF32));
   }
+  if (!overlap_) drain_grad_slot(s);
 }
 
 // Step 1 of a gradient that is not a decoder layer's FSDP gradient (see param_sync.h).
@@ -255,13 +262,13 @@ void ParamSync::start_ready_reduction(int k) {
   } else {
     pending_.push_back(batch_.all_reduce_async(state.data(), n, DType::kF32));
   }
+  if (!overlap_) wait_all(pending_);
 }
 
 void ParamSync::finish_gradients() {
   drain_grad_slot(grad_slots_[0]);
   drain_grad_slot(grad_slots_[1]);
-  for (auto& r : pending_) r->wait();
-  pending_.clear();
+  wait_all(pending_);
   if (data_.size() > 1 && fsdp_.size() > 1) {
     for (const ParamLayout& L : plan_.layouts()) {
       if (!L.sharded() && L.opt_parts == 1) continue;  // reduced over {data, fsdp} in step 1
@@ -276,8 +283,7 @@ void ParamSync::finish_gradients() {
             data_.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
       }
     }
-    for (auto& r : pending_) r->wait();
-    pending_.clear();
+    wait_all(pending_);
   }
 }
 
@@ -299,7 +305,7 @@ void ParamSync::begin_pass(bool forward_only, bool last_micro_step) {
   active_ = forward_only ? forward_.get() : full_.get();
   last_micro_step_ = last_micro_step && !forward_only;
   if (!outer_fresh_) start_outer_gathers();
-  gather_layer(active_->first_layer, /*wait=*/false);
+  if (overlap_) gather_layer(active_->first_layer, /*wait=*/false);
 }
 
 void ParamSync::before_node(int i) {
@@ -309,7 +315,7 @@ void ParamSync::before_node(int i) {
   for (int k : s.outer_first_use[at]) wait_outer(k);
   if (s.need_layer[at] >= 0) {
     ensure_layer(s.need_layer[at]);
-    if (s.prefetch[at] >= 0) gather_layer(s.prefetch[at], /*wait=*/false);
+    if (s.prefetch[at] >= 0 && overlap_) gather_layer(s.prefetch[at], /*wait=*/false);
   }
 }
 
@@ -364,14 +370,45 @@ void ParamSync::after_optimizer() {
                                                   static_cast<size_t>(piece.numel()), piece.dtype()));
       }
     }
-    for (auto& r : pending_) r->wait();
-    pending_.clear();
+    wait_all(pending_);
   }
   for (Slot& s : slots_) {
     finish_slot_gather(s);
     s.owner = -1;
   }
   outer_fresh_ = false;
+}
+
+dist::TrafficCounters expected_traffic(const Plan& plan, int64_t micro_steps) {
+  double gather = 0, scatter = 0, reduce = 0;
+  const auto micro = static_cast<double>(micro_steps);
+  const int64_t data = plan.sharding().size(MeshAxis::kData), fsdp = plan.sharding().size(MeshAxis::kFsdp);
+  for (const ParamLayout& L : plan.layouts()) {
+    const Value& v = plan.graph().value(L.param);
+    const auto whole = static_cast<double>(v.shape.numel());
+    const auto piece = whole / static_cast<double>(L.fsdp_parts);
+    if (L.sharded()) {
+      const double times = L.layer >= 0 ? 2 * micro : 1;
+      for (const auto& g : L.gathered)
+        gather += times * whole * static_cast<double>(dtype_size(plan.graph().value(g.value).dtype));
+      scatter += 4 * whole * (L.layer >= 0 ? micro : 1);
+      if (data > 1) (L.opt_parts > 1 ? scatter : reduce) += 4 * piece;
+    } else if (L.opt_parts > 1) {
+      scatter += 4 * whole;
+      if (fsdp > 1) reduce += 4 * whole;
+    } else if (data * fsdp > 1) {
+      reduce += 4 * whole;
+    }
+    if (L.opt_parts > 1) {
+      gather += 4 * piece;
+      if (v.compute_copy != kNoValue) gather += 2 * piece;
+    }
+  }
+  // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h).
+  reduce += static_cast<double>(micro_steps) * tensor_parallel_traffic(plan.graph()).total();
+  return {.all_reduce = static_cast<uint64_t>(reduce),
+          .all_gather = static_cast<uint64_t>(gather),
+          .reduce_scatter = static_cast<uint64_t>(scatter)};
 }
 
 }  // namespace tessera::graph

@@ -37,6 +37,16 @@
 
 namespace tessera::graph {
 
+// The bytes (counted as communicator.h counts them) the layouts call for in one optimizer step of
+// `micro_steps` micro-steps: FSDP gathers a decoder layer's parameters twice per micro-step
+// (forward and backward; the executor saves the gathers of layers still in their slot, so the
+// measured figure is lower) and the outer ones once a step, and reduce-scatters the gradients of
+// each micro-step (outer ones: once a step); whole parameters all-reduce their gradients over
+// data x fsdp; ZeRO-1 reduce-scatters gradients over data and all-gathers the updated pieces;
+// tensor parallelism all-reduces activations (graph::tensor_parallel_traffic). Scalars (loss,
+// norms) are left out.
+dist::TrafficCounters expected_traffic(const Plan& plan, int64_t micro_steps);
+
 class ParamSync {
  public:
   ParamSync(Plan& plan, dist::Mesh& mesh);
@@ -55,6 +65,14 @@ class ParamSync {
   // The same for the f32 masters.
   double param_sq_norm();
   void after_optimizer();
+
+  // Without overlap every collective is waited for as soon as it starts and nothing is
+  // prefetched: the time spent waiting is then all the collectives' time (bench/dist_bench.cc
+  // compares it with the waiting left when they overlap compute).
+  void set_overlap(bool on) { overlap_ = on; }
+  // Seconds this rank spent blocked in collectives (waits and blocking calls) since the last reset.
+  double exposed_seconds() const { return exposed_seconds_; }
+  void reset_exposed() { exposed_seconds_ = 0; }
 
  private:
   struct Schedule;
@@ -86,6 +104,10 @@ class ParamSync {
   std::vector<std::vector<int>> layer_layouts_;  // per layer: its sharded layouts
   std::vector<int> outer_layouts_;               // sharded layouts outside the layers
   Slot slots_[2], grad_slots_[2];
+  void wait_all(std::vector<std::unique_ptr<dist::Communicator::Request>>& reqs);
+
+  bool overlap_ = true;
+  double exposed_seconds_ = 0;
   bool outer_fresh_ = false;  // outer gathers started since the last update
   std::vector<std::vector<std::unique_ptr<dist::Communicator::Request>>> outer_reqs_;  // per layout
   std::vector<std::unique_ptr<dist::Communicator::Request>> pending_;                  // step-1 reductions

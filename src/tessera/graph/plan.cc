@@ -37,6 +37,18 @@ ValueId master_of(const Value& v, ValueId id) {
   return v.kind == ValueKind::kParam ? id : v.master;
 }
 
+// The part of the global tensor a parameter value holds before FSDP splits it: the whole tensor,
+// or under tensor parallelism this rank's slice of the global tensor (whole = the global shape,
+// offset along the split dimension). Pieces are in global coordinates so that init
+// (models/init.cc: whole_index is the global element) and checkpoints (their "piece:" metadata,
+// restored on any mesh) see the same tensor at every tensor-parallel size.
+dist::Piece tensor_slice(const Value& v) {
+  dist::Piece p = dist::whole_piece(global_shape(v));
+  if (!v.tp.split()) return p;
+  const int64_t parts = v.tp.global / v.shape[v.tp.dim];
+  return dist::split_piece(p, v.tp.dim, parts, v.tp.offset / v.shape[v.tp.dim]);
+}
+
 }  // namespace
 
 int64_t PlanSharding::world() const {
@@ -100,13 +112,8 @@ void Plan::make_layouts() {
              v.name, d, v.logical_axes[d], dist::axes_name(axes));
       if (fsdp) L.fsdp_dim = d;
     }
-    // Pieces are of the global tensor: under tensor parallelism the graph holds this rank's slice
-    // (graph.h's TensorShard), which fsdp and ZeRO-1 then split further.
-    L.stored = dist::whole_piece(global_shape(v));
-    if (v.tp.split()) {
-      L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
-      L.stored = dist::split_piece(L.stored, v.tp.dim, L.tensor_parts, v.tp.offset / v.shape[v.tp.dim]);
-    }
+    L.stored = tensor_slice(v);
+    if (v.tp.split()) L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
     if (f > 1 && L.fsdp_dim >= 0 && v.shape[L.fsdp_dim] % f == 0) {
       L.fsdp_parts = f;
       L.fsdp_index = sharding_.coord(MeshAxis::kFsdp);

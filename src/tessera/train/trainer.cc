@@ -468,50 +468,18 @@ int Trainer::agree_on_signal(int sig) {
   return static_cast<int>(s);
 }
 
-// Measured bytes of the first step against the figures the layouts predict (see communicator.h
-// for how bytes are counted): FSDP gathers a decoder layer's parameters twice per micro-step
-// (forward, backward), the others once a step, and reduce-scatters the gradients of each
-// micro-step (outer parameters: once a step); whole parameters all-reduce their gradients over
-// data x fsdp; ZeRO-1 reduce-scatters gradients and all-gathers parameters over data; tensor
-// parallelism all-reduces activations (graph::tensor_parallel_traffic).
+// Measured bytes of the first step against the figures the layouts predict (param_sync.h).
 std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t) const {
-  double gather = 0, scatter = 0, reduce = 0;
-  const double micro = static_cast<double>(cfg_.gradient_accumulation_steps);
-  const int64_t batch_ranks = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
-  for (const graph::ParamLayout& L : plan_->layouts()) {
-    const graph::Value& v = plan_->graph().value(L.param);
-    const double whole = static_cast<double>(v.shape.numel());
-    if (L.sharded()) {
-      // Decoder layers: forward and backward of every micro-step; outer parameters: once a step.
-      const double times = L.layer >= 0 ? 2 * micro : 1;
-      for (const auto& g : L.gathered)
-        gather += times * whole * static_cast<double>(dtype_size(plan_->graph().value(g.value).dtype));
-      scatter += 4 * whole * (L.layer >= 0 ? micro : 1);
-      if (mesh_->size(MeshAxis::kData) > 1)
-        (L.opt_parts > 1 ? scatter : reduce) += 4 * whole / static_cast<double>(L.fsdp_parts);
-    } else if (L.opt_parts > 1) {
-      scatter += 4 * whole;
-      if (mesh_->size(MeshAxis::kFsdp) > 1) reduce += 4 * whole;
-    } else if (batch_ranks > 1) {
-      reduce += 4 * whole;
-    }
-    if (L.opt_parts > 1) {
-      gather += 4 * whole / static_cast<double>(L.fsdp_parts);
-      if (v.compute_copy != graph::kNoValue) gather += 2 * whole / static_cast<double>(L.fsdp_parts);
-    }
-  }
-  // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h).
-  reduce += micro * graph::tensor_parallel_traffic(plan_->graph()).total();
-  auto mib = [](double b) { return b / (1 << 20); };
+  const dist::TrafficCounters e = graph::expected_traffic(*plan_, cfg_.gradient_accumulation_steps);
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   return fmt::format(
       "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "
       "all-reduce {:.2f} MiB, broadcast {:.2f} MiB; expected from the layouts: all-gather {:.2f} MiB (less "
       "the layers still gathered when the backward pass or the next micro-step starts), reduce-scatter "
       "{:.2f} "
       "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars)\n",
-      step, mib(static_cast<double>(t.all_gather)), mib(static_cast<double>(t.reduce_scatter)),
-      mib(static_cast<double>(t.all_reduce)), mib(static_cast<double>(t.broadcast)), mib(gather),
-      mib(scatter), mib(reduce));
+      step, mib(t.all_gather), mib(t.reduce_scatter), mib(t.all_reduce), mib(t.broadcast), mib(e.all_gather),
+      mib(e.reduce_scatter), mib(e.all_reduce));
 }
 
 RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
