@@ -220,10 +220,8 @@ int train(const ConfigArgs& args, std::ostream& out) {
   train::Trainer trainer(cfg, log, mesh.get());
   train::RunResult r = trainer.run();
   // With a tokenizer to read it, the prompt's continuation shows what the model learnt. Every rank
-  // runs the forward passes (their collectives need all); tensor-parallel logits are split over
-  // ranks, which the sampler does not gather.
-  if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0 &&
-      mesh->size(MeshAxis::kTensor) == 1) {
+  // runs the forward passes (their collectives need all; tensor ranks gather the logits' row).
+  if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0) {
     auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
     train::SampleOptions so{.prompt = cfg.prompt,
                             .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
