@@ -14,6 +14,8 @@
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
+#include "tessera/dist/mesh.h"
+#include "tessera/dist/mpi_communicator.h"
 #include "tessera/train/sample.h"
 #include "tessera/train/trainer.h"
 
@@ -80,15 +82,31 @@ const std::vector<PlannedCommand>& planned_commands() {
   return commands;
 }
 
+namespace {
+
+// Under MPI a failing rank ends the whole job: the others may wait in a collective for it forever.
+// MPI_Abort's code becomes mpirun's exit status.
+int fail_job(const char* what, int code, std::ostream& err) {
+  if (!dist::mpi_active()) {
+    fmt::print(err, "tessera: error: {}\n", what);
+    return code;
+  }
+  const auto [rank, size] = dist::mpi_world_rank_size();
+  fmt::print(err, "tessera: error (rank {} of {}): {}\n", rank, size, what);
+  err.flush();
+  if (size > 1) dist::abort_job(code);
+  return code;
+}
+
+}  // namespace
+
 int run_guarded(const std::function<int()>& body, std::ostream& err) {
   try {
     return body();
   } catch (const Error& e) {
-    fmt::print(err, "tessera: error: {}\n", e.what());
-    return e.kind() == ErrorKind::kConfig ? kExitUsage : kExitFailure;
+    return fail_job(e.what(), e.kind() == ErrorKind::kConfig ? kExitUsage : kExitFailure, err);
   } catch (const std::exception& e) {
-    fmt::print(err, "tessera: error: {}\n", e.what());
-    return kExitFailure;
+    return fail_job(e.what(), kExitFailure, err);
   }
 }
 
@@ -164,29 +182,41 @@ data::SentencePieceTrainReport train_tokenizer_from(const Config& cfg, std::ostr
   o.model_type = cfg.tokenizer_model_type;
   o.max_corpus_chars = cfg.max_corpus_chars;
   o.byte_fallback = cfg.tokenizer_byte_fallback;
-  fmt::print(out, "training a {} SentencePiece tokenizer of {} pieces on at most {} characters of {}\n", o.model_type,
-             o.vocab_size, o.max_corpus_chars, cfg.dataset_path);
+  fmt::print(out, "training a {} SentencePiece tokenizer of {} pieces on at most {} characters of {}\n",
+             o.model_type, o.vocab_size, o.max_corpus_chars, cfg.dataset_path);
   data::SentencePieceTrainReport r = data::train_sentencepiece(o);
-  fmt::print(out, "wrote {} ({} lines, {} characters, {:.1f} s)\n", o.model_path.string(), r.sentences, r.chars,
-             r.seconds);
+  fmt::print(out, "wrote {} ({} lines, {} characters, {:.1f} s)\n", o.model_path.string(), r.sentences,
+             r.chars, r.seconds);
   return r;
 }
 
 }  // namespace
 
 int train(const ConfigArgs& args, std::ostream& out) {
-  Config cfg = load_config(args.config_file, args.overrides);
-  std::filesystem::path dump = write_resolved_config(cfg);
-  fmt::print(out, "tessera train: run {}, resolved config written to {}\n", cfg.run_name, dump.string());
-  // As MaxText does: a text dataset whose SentencePiece model does not exist yet gets one trained.
-  if (cfg.dataset_type == "text" && cfg.tokenizer_type == "sentencepiece" && !cfg.tokenizer_path.empty() &&
-      !std::filesystem::exists(cfg.tokenizer_path)) {
-    fmt::print(out, "tokenizer {} does not exist: ", cfg.tokenizer_path);
-    train_tokenizer_from(cfg, out);
+  // Under mpirun or srun every rank runs this; the world comes first: the config is resolved for
+  // the job's devices (ranks) and slices (hosts).
+  std::unique_ptr<dist::Communicator> world = dist::make_world_communicator();
+  const DeviceCount devices = dist::count_devices(*world);
+  const bool first = world->rank() == 0;
+  std::ostream silent(nullptr);  // the other ranks' log: rank 0 speaks for the job
+  std::ostream& log = first ? out : silent;
+  Config cfg = load_config(args.config_file, args.overrides, devices);
+  if (first) {
+    std::filesystem::path dump = write_resolved_config(cfg);
+    fmt::print(out, "tessera train: run {}, resolved config written to {}\n", cfg.run_name, dump.string());
+    // As MaxText does: a text dataset whose SentencePiece model does not exist yet gets one trained.
+    if (cfg.dataset_type == "text" && cfg.tokenizer_type == "sentencepiece" && !cfg.tokenizer_path.empty() &&
+        !std::filesystem::exists(cfg.tokenizer_path)) {
+      fmt::print(out, "tokenizer {} does not exist: ", cfg.tokenizer_path);
+      train_tokenizer_from(cfg, out);
+    }
   }
-  train::Trainer trainer(cfg, out);
+  world->barrier();  // the tokenizer exists for every rank
+  std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
+  train::Trainer trainer(cfg, log, mesh.get());
   train::RunResult r = trainer.run();
-  // With a tokenizer to read it, the prompt's continuation shows what the model learnt.
+  // With a tokenizer to read it, the prompt's continuation shows what the model learnt. Every rank
+  // runs the forward passes (their collectives need all; tensor ranks gather the logits' row).
   if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0) {
     auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
     train::SampleOptions so{.prompt = cfg.prompt,
@@ -195,7 +225,7 @@ int train(const ConfigArgs& args, std::ostream& out) {
                             .temperature = cfg.decode_sampling_temperature,
                             .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
-    fmt::print(out, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
+    fmt::print(log, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
   }
   return kExitOk;
 }
@@ -203,9 +233,11 @@ int train(const ConfigArgs& args, std::ostream& out) {
 int train_tokenizer(const ConfigArgs& args, std::ostream& out) {
   Config cfg = load_config(args.config_file, args.overrides);
   if (cfg.tokenizer_type != "sentencepiece")
-    fail(ErrorKind::kConfig, "tokenizer_type={}: Tessera trains sentencepiece tokenizers only", cfg.tokenizer_type);
+    fail(ErrorKind::kConfig, "tokenizer_type={}: Tessera trains sentencepiece tokenizers only",
+         cfg.tokenizer_type);
   if (cfg.dataset_path.empty() || cfg.tokenizer_path.empty())
-    fail(ErrorKind::kConfig, "train-tokenizer needs dataset_path (the text) and tokenizer_path (the .model to write)");
+    fail(ErrorKind::kConfig,
+         "train-tokenizer needs dataset_path (the text) and tokenizer_path (the .model to write)");
   train_tokenizer_from(cfg, out);
   return kExitOk;
 }
@@ -214,7 +246,8 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
   Config cfg = load_config(args.config_file, args.overrides);
   if (cfg.dataset_path.empty() || cfg.data_output_path.empty() || cfg.tokenizer_path.empty())
     fail(ErrorKind::kConfig,
-         "prepare-data needs dataset_path (text or JSONL inputs), tokenizer_path and data_output_path (the shard folder)");
+         "prepare-data needs dataset_path (text or JSONL inputs), tokenizer_path and data_output_path (the "
+         "shard folder)");
   auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
   data::PrepareDataOptions o;
   o.inputs = split_paths(cfg.dataset_path);
@@ -225,22 +258,27 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
     auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::milliseconds(200) && p.bytes_read < p.bytes_total) return;
     last = now;
-    const double frac = p.bytes_total ? static_cast<double>(p.bytes_read) / static_cast<double>(p.bytes_total) : 1.0;
+    const double frac =
+        p.bytes_total ? static_cast<double>(p.bytes_read) / static_cast<double>(p.bytes_total) : 1.0;
     const int filled = static_cast<int>(frac * 30);
-    fmt::print(err, "\r[{:<30}] {:5.1f}%  {:.1f} MB  {} documents  {} tokens  {} shards", std::string(filled, '#'),
-               100 * frac, static_cast<double>(p.bytes_read) / 1e6, p.documents, p.tokens, p.shards);
+    fmt::print(err, "\r[{:<30}] {:5.1f}%  {:.1f} MB  {} documents  {} tokens  {} shards",
+               std::string(filled, '#'), 100 * frac, static_cast<double>(p.bytes_read) / 1e6, p.documents,
+               p.tokens, p.shards);
     err.flush();
   });
   fmt::print(err, "\n");
-  fmt::print(out, "prepare-data: {} documents, {} tokens from {:.1f} MB of text into {} shards under {} ({:.1f} s)\n",
-             r.documents, r.tokens, static_cast<double>(r.bytes) / 1e6, r.shards.size(), o.out_dir.string(),
-             r.seconds);
+  fmt::print(
+      out,
+      "prepare-data: {} documents, {} tokens from {:.1f} MB of text into {} shards under {} ({:.1f} s)\n",
+      r.documents, r.tokens, static_cast<double>(r.bytes) / 1e6, r.shards.size(), o.out_dir.string(),
+      r.seconds);
   return kExitOk;
 }
 
 int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out) {
   data::CorpusReport r = data::build_pd_en(unpacked_dir, out_dir);
-  for (const auto& f : r.files) fmt::print(out, "  {:<48} {:>10} bytes  ({})\n", f.path.string(), f.bytes, f.package);
+  for (const auto& f : r.files)
+    fmt::print(out, "  {:<48} {:>10} bytes  ({})\n", f.path.string(), f.bytes, f.package);
   fmt::print(out, "prepare-corpus: pd-en written to {}: {:.1f} MB train, {:.1f} MB validation\n", out_dir,
              static_cast<double>(r.train_bytes) / 1e6, static_cast<double>(r.validation_bytes) / 1e6);
   return kExitOk;

@@ -73,7 +73,7 @@ inline constexpr std::array<MeshAxisInfo, kNumMeshAxes> kMeshAxes = {{
 }};
 
 // The logical axis names Tessera's models and passes use (the left side of logical_axis_rules).
-inline constexpr std::array<std::string_view, 15> kLogicalAxes = {"activation_batch",
+inline constexpr std::array<std::string_view, 16> kLogicalAxes = {"activation_batch",
                                                                   "activation_length",
                                                                   "activation_embed",
                                                                   "activation_heads",
@@ -84,6 +84,7 @@ inline constexpr std::array<std::string_view, 15> kLogicalAxes = {"activation_ba
                                                                   "vocab",
                                                                   "embed",
                                                                   "heads",
+                                                                  "q_heads",
                                                                   "kv_heads",
                                                                   "kv",
                                                                   "norm",

@@ -334,6 +334,7 @@ void add_parallelism_keys(std::vector<FieldSpec>& t) {
               [mlp, [fsdp_transpose, tensor]],
               [vocab, [tensor, tensor_transpose]],
               [heads, [tensor, tensor_transpose]],
+              [q_heads, [tensor, tensor_transpose]],
               [kv_heads, [tensor, tensor_transpose]],
               [embed, [fsdp, fsdp_transpose, sequence, tensor_transpose, context, expert]],
               [embed, [fsdp, sequence, tensor_transpose, context, expert]],

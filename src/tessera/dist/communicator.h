@@ -24,7 +24,12 @@ namespace tessera::dist {
 
 enum class ReduceOp { kSum, kMax };
 
-// Bytes this rank sent into each kind of collective since the last reset (the logs' figures).
+// Bytes of the buffers this rank passed into each kind of collective since the last reset (the
+// logs' figures): all_reduce and broadcast count the buffer, all_gather the gathered result
+// (size() x count) and reduce_scatter its input (size() x count), so FSDP's analytic figure is
+// 2 gathers + 1 reduce-scatter of the parameters. On a ring each rank sends (size() - 1) / size()
+// of an all-gather's or reduce-scatter's figure and twice that of an all-reduce's. Groups of one
+// count nothing.
 struct TrafficCounters {
   uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0;
   uint64_t total() const { return all_reduce + all_gather + reduce_scatter + broadcast; }
@@ -45,6 +50,9 @@ class Communicator {
 
   // In place: every rank ends with the element-wise reduction of all ranks' `data`.
   virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOp::kSum) = 0;
+  // The same for doubles (DType has no f64): loss sums, token counts and squared norms, reduced
+  // without float32 rounding.
+  virtual void all_reduce_f64(double* data, size_t count, ReduceOp op = ReduceOp::kSum) = 0;
   // `send` holds `count` elements; `recv` (size() * count) ends with rank r's part at r * count.
   virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
   // `send` holds size() * count elements; `recv` (count) ends with the sum over ranks of their
@@ -53,7 +61,8 @@ class Communicator {
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual void barrier() = 0;
 
-  virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count,
+                                                    DType dtype) = 0;
   virtual std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
                                                         DType dtype) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/config/config.h"
 #include "tessera/dist/communicator.h"
@@ -31,10 +32,31 @@ class Mesh {
   // ranked with the first listed axis slowest.
   virtual Communicator& axes(std::initializer_list<MeshAxis> axes) = 0;
   virtual std::string describe() const = 0;  // one line: sizes per axis, this rank's coordinates, host
+
+  // This rank's place in the mesh, 0 .. world size - 1: the slice (host) index times the devices
+  // per slice plus the rank's index among its slice's ranks. Equal to world().rank() when the
+  // launcher places ranks host by host (mpirun's default --map-by slot), not otherwise.
+  virtual int64_t position() const = 0;
+  // Ranks in the mesh (the product of all axis sizes).
+  virtual int64_t num_devices() const = 0;
+  // The bytes this rank passed into collectives on all of the mesh's communicators since they
+  // were made (the logs report differences).
+  virtual TrafficCounters traffic() const = 0;
 };
 
+// Every rank's `mine`, by rank (collective over `comm`; strings of any length).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
+
+// The devices of a job as config/ counts them: the world's size, and its hosts (slices): ranks
+// grouped by host name, every host running the same number of ranks (kConfig otherwise). Collective
+// over `world`.
+DeviceCount count_devices(Communicator& world);
+
 // The mesh of cfg's derived ici_parallelism / dcn_parallelism over `world` (whose size must be
-// cfg.num_devices; kConfig otherwise).
+// cfg.num_devices; kConfig otherwise). Slices are hosts: with cfg.num_slices > 1 the world must run
+// on exactly that many hosts, the same number of ranks on each (kConfig otherwise); with one slice
+// every rank is in it wherever it runs. Collective over `world`; so is axes()'s first call for a
+// list of axes other than {kData, kFsdp} (made here), which every rank must make.
 std::unique_ptr<Mesh> make_mesh(const Config& cfg, std::unique_ptr<Communicator> world);
 
 }  // namespace tessera::dist

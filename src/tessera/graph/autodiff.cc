@@ -38,8 +38,10 @@ Node bwd_node(OpKind op, std::vector<ValueId> in, std::vector<ValueId> out, cons
 // A new activation gradient for `of`, placed in the layer of the node that produces it.
 ValueId grad_value(Graph& g, ValueId of, int layer) {
   const Value& v = g.value(of);
+  const TensorShard tp = v.tp;
   ValueId id = g.activation("d." + v.name, v.shape, v.dtype);
   g.value(id).layer = layer;
+  g.value(id).tp = tp;
   return id;
 }
 
@@ -145,6 +147,38 @@ void backward_rule(Graph& g, GradState& st, const Node& f, ValueId dy) {
       contribute(st, g, f.in[0], dy);
       contribute(st, g, f.in[1], dy);
       break;
+    // Tensor parallelism (graph.h). f's readers are column-parallel matmuls: each rank's dx is the
+    // part of the input gradient from its own columns, and their sum over the tensor axis is the
+    // whole gradient (into a new value: dy may be shared with another reader, e.g. an add's).
+    case OpKind::kTpCopy: {
+      ValueId x = f.in[0];
+      if (!needs(st, g, x)) break;
+      ValueId dx = grad_value(g, x, L);
+      std::vector<ValueId> out = {dx};
+      if (g.value(x).dtype != DType::kF32) {  // reductions run in f32 (see Graph::tp_all_reduce)
+        ValueId scratch = g.activation("d." + g.value(x).name + ".f32", g.value(x).shape, DType::kF32);
+        g.value(scratch).layer = L;
+        out.push_back(scratch);
+      }
+      g.add_node(bwd_node(OpKind::kTpAllReduce, {dy}, out, f, ".bwd"));
+      contribute(st, g, x, dx);
+      break;
+    }
+    case OpKind::kTpAllReduce:  // g: y = sum of the ranks' x, so each rank's dx is dy itself
+      contribute(st, g, f.in[0], dy);
+      break;
+    case OpKind::kVocabEmbedding:  // dy is whole on every rank: each adds its own rows, no collective
+      g.add_node(bwd_node(OpKind::kVocabEmbeddingBwd, {dy, f.in[1]}, {param_grad(g, f.in[0])}, f, ".bwd"));
+      break;
+    case OpKind::kVocabCrossEntropy: {  // local softmax - onehot from the global lse, over the logits
+      ValueId logits = f.in[0];
+      ValueId dlogits = grad_value(g, logits, L);
+      g.value(dlogits).alias_of = logits;
+      g.add_node(
+          bwd_node(OpKind::kVocabCrossEntropyBwd, {logits, f.in[1], f.out[1], dy}, {dlogits}, f, ".bwd"));
+      contribute(st, g, logits, dlogits);
+      break;
+    }
     default:
       fail(ErrorKind::kInternal, "autodiff: no backward rule for {}", op_name(f.op));
   }
@@ -285,6 +319,7 @@ void append_optimizer(Graph& g, OptimizerKind kind) {
         ValueId s = g.input(pv.name + m, pv.shape, DType::kF32);
         g.value(s).kind = ValueKind::kOptState;
         g.value(s).master = p;
+        g.value(s).tp = pv.tp;
         n.in.push_back(s);
       }
     }

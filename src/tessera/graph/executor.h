@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/dist/mesh.h"
+#include "tessera/graph/param_sync.h"
 #include "tessera/graph/plan.h"
 #include "tessera/ops/optimizer.h"
 #include "tessera/ops/rope.h"
@@ -17,9 +19,9 @@
 namespace tessera::graph {
 
 struct OptimizerStep {
-  ops::AdamWHyperparams adamw;   // lr, betas, eps, weight_decay, step; grad_scale set by the executor
+  ops::AdamWHyperparams adamw;  // lr, betas, eps, weight_decay, step; grad_scale set by the executor
   double sgd_lr = 0;
-  double clip_threshold = 0;     // global-norm clip (0: off)
+  double clip_threshold = 0;  // global-norm clip (0: off)
   // The accumulated gradients are divided by this before the clip and the update: the number of
   // counted tokens when the loss gradient was seeded with 1 per token (MaxText sums the
   // unnormalised cross-entropy over micro-steps and divides once). 1 when dloss already holds
@@ -34,17 +36,27 @@ struct OptimizerResult {
 
 class Executor {
  public:
-  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope);
+  // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on.
+  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh = nullptr);
+  ~Executor();
 
   void zero_grads();
   // Runs forward, recompute and backward nodes; returns the sum of the per-token losses of the
-  // counted tokens (targets >= 0) of this micro-batch.
-  double forward_backward();
+  // counted tokens (targets >= 0) of this micro-batch (this rank's rows). On more than one rank,
+  // `last_micro_step` says that apply_optimizer follows: the gradients' reductions across ranks
+  // start during this pass (pass false for the earlier micro-steps of gradient accumulation).
+  double forward_backward(bool last_micro_step = true);
   // Runs only the forward nodes (evaluation); returns the summed loss and counts tokens.
   double forward_only(int64_t* counted = nullptr);
+  // Completes the gradients' reductions (on more than one rank), clips by the global norm over
+  // the whole model and updates every parameter (its piece, when sharded).
   OptimizerResult apply_optimizer(const OptimizerStep& step);
+  // The global L2 norm of the f32 master parameters (over all ranks' pieces; collective).
+  double param_norm();
 
   Plan& plan() { return plan_; }
+  dist::Mesh* mesh() { return mesh_; }
+  ParamSync* param_sync() { return sync_.get(); }  // nullptr on one device
 
   // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
   // clock reads per node; off by default.
@@ -53,11 +65,13 @@ class Executor {
 
  private:
   void run(const Node& n);
-  void run_range(int begin, int end, bool forward_only);
+  void run_range(int begin, int end, bool forward_only, bool last_micro_step);
   double summed_loss(int64_t* counted) const;
 
   Plan& plan_;
   std::unique_ptr<ops::RopeTable> rope_;
+  dist::Mesh* mesh_ = nullptr;
+  std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank
   OptimizerStep step_;
   double grad_scale_ = 1;
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip

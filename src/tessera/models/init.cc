@@ -1,9 +1,9 @@
 #include "tessera/models/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
-#include <algorithm>
 
 #include "tessera/ops/convert.h"
 
@@ -25,7 +25,9 @@ uint64_t hash_name(const std::string& s) {  // FNV-1a
 }
 
 // Uniform in (0, 1) from 24 random bits (float: the values are stored as f32 anyway).
-float uniform(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * 0x1.0p-24f; }
+float uniform(uint64_t bits) {
+  return (static_cast<float>(bits >> 40) + 0.5f) * 0x1.0p-24f;
+}
 
 // Standard normals number 2j and 2j+1 of stream `key`: both outputs of one Box-Muller draw.
 void normal_pair(uint64_t key, uint64_t j, float* z0, float* z1) {
@@ -46,7 +48,8 @@ float normal_at(uint64_t key, uint64_t i) {
 
 // A draw with |z| >= 2 is replaced by the first in-range draw of a second stream for that element.
 float truncated(uint64_t key, uint64_t i, float z) {
-  for (uint64_t k = 1; std::abs(z) >= 2.0f; ++k) z = normal_at(splitmix64(key ^ (i * 0x9e3779b97f4a7c15ull)), k);
+  for (uint64_t k = 1; std::abs(z) >= 2.0f; ++k)
+    z = normal_at(splitmix64(key ^ (i * 0x9e3779b97f4a7c15ull)), k);
   return z;
 }
 
@@ -57,35 +60,47 @@ void init_params(graph::Plan& plan, uint64_t seed) {
   for (size_t id = 0; id < values.size(); ++id) {
     const graph::Value& v = values[id];
     if (v.kind != graph::ValueKind::kParam) continue;
-    float* w = plan.view(static_cast<graph::ValueId>(id)).ptr<float>();
-    const int64_t n = v.shape.numel();
+    // This rank's piece of the whole tensor: element i of the piece is element whole_index(piece, i)
+    // of the whole, and gets that element's value (the whole tensor's fan-in, too).
+    const dist::Piece& piece = plan.layout(static_cast<graph::ValueId>(id)).stored;
+    float* w = plan.state(static_cast<graph::ValueId>(id)).ptr<float>();
+    const int64_t n = piece.shape.numel();
     const uint64_t key = splitmix64(seed) ^ hash_name(v.name);
     const bool is_norm = v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
-    const auto kernel_std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v.shape[0])) / 0.87962566103423978);
+    const auto kernel_std =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(piece.whole[0])) / 0.87962566103423978);
     if (is_norm) {
       std::fill(w, w + n, 1.0f);
+      continue;
+    }
+    auto value = [&](uint64_t i, float z) { return is_embedding ? z : kernel_std * truncated(key, i, z); };
+    if (!piece.covers_all()) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        const auto g = static_cast<uint64_t>(dist::whole_index(piece, i));
+        w[i] = value(g, normal_at(key, g));
+      }
       continue;
     }
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j = 0; j < (n + 1) / 2; ++j) {
       float z[2];
       normal_pair(key, static_cast<uint64_t>(j), &z[0], &z[1]);
-      for (int64_t e = 0; e < 2 && 2 * j + e < n; ++e) {
-        const int64_t i = 2 * j + e;
-        w[i] = is_embedding ? z[e] : kernel_std * truncated(key, static_cast<uint64_t>(i), z[e]);
-      }
+      for (int64_t e = 0; e < 2 && 2 * j + e < n; ++e)
+        w[2 * j + e] = value(static_cast<uint64_t>(2 * j + e), z[e]);
     }
   }
   sync_compute_copies(plan);
 }
 
 void sync_compute_copies(graph::Plan& plan) {
+  // Stored pieces: a sharded parameter's gathered copies are refreshed by the executor's gathers.
   const auto& values = plan.graph().values();
   for (size_t id = 0; id < values.size(); ++id)
     if (values[id].kind == graph::ValueKind::kParamCompute)
-      ops::convert(plan.view(values[id].master), plan.view(static_cast<graph::ValueId>(id)));
+      ops::convert(plan.state(values[id].master), plan.state(static_cast<graph::ValueId>(id)));
 }
 
 }  // namespace tessera::models

@@ -4,7 +4,8 @@
 //   every kernel [fan_in, ...]       truncated normal (|z| < 2) with std 1 / sqrt(fan_in)
 //                                    (variance_scaling(1.0, "fan_in", "truncated_normal"))
 // Each element's value depends only on (seed, parameter name, element index) through a
-// counter-based generator, so it is the same for any thread count and any sharding.
+// counter-based generator, so it is the same for any thread count and any sharding: a sharded
+// plan's ranks each fill their piece (Plan::state) with the whole tensor's values at its offsets.
 #pragma once
 
 #include <cstdint>

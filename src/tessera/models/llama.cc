@@ -19,12 +19,16 @@ struct Block {
 
   ValueId w(ValueId param) { return g.compute_view(param, s.dtype); }
 
+  // Under tensor parallelism the projections hold this rank's heads (graph.h): H and K below are
+  // the local counts, read from the parameters' shapes.
   ValueId attention(ValueId x, const std::string& p) {
-    const int64_t E = s.emb_dim, H = s.num_query_heads, K = s.num_kv_heads, D = s.head_dim;
+    int64_t E = s.emb_dim, H = s.num_query_heads, K = s.num_kv_heads, D = s.head_dim;
     ValueId wq = g.param(p + "query.kernel", Shape{E, H * D}, {"embed", "q_heads"});
     ValueId wk = g.param(p + "key.kernel", Shape{E, K * D}, {"embed", "kv_heads"});
     ValueId wv = g.param(p + "value.kernel", Shape{E, K * D}, {"embed", "kv_heads"});
     ValueId wo = g.param(p + "out.kernel", Shape{H * D, E}, {"heads", "embed"});
+    H = g.value(wq).shape[1] / D;
+    K = g.value(wk).shape[1] / D;
     ValueId q = g.matmul(x, w(wq), p + "query", "query_proj");   // [N, H*D]
     ValueId k = g.matmul(x, w(wk), p + "key", "key_proj");       // [N, K*D]
     ValueId v = g.matmul(x, w(wv), p + "value", "value_proj");   // [N, K*D]
@@ -61,10 +65,41 @@ struct Block {
 
 }  // namespace
 
+namespace {
+
+// Tensor parallelism splits whole heads, MLP columns and vocabulary rows (graph.h); refuses a split
+// that does not divide, naming the dimension, and rules that split the heads of q, k, v and the out
+// projection differently.
+void apply_tensor_parallel(Graph& g, const ModelSpec& s) {
+  if (s.tp_size <= 1) return;
+  graph::TensorParallel tp{.size = s.tp_size, .rank = s.tp_rank, .axes = s.tp_axes};
+  const int64_t q = tp.ways("q_heads");
+  if (q != tp.ways("heads") || q != tp.ways("kv_heads"))
+    fail(ErrorKind::kConfig,
+         "logical_axis_rules split heads, q_heads and kv_heads differently over the tensor axis ({}, {}, {} "
+         "ways): "
+         "the attention of a tensor rank needs its own query heads with their key/value heads",
+         tp.ways("heads"), q, tp.ways("kv_heads"));
+  auto check = [&](const char* axis, const char* key, int64_t dim) {
+    if (tp.ways(axis) > 1 && dim % tp.size != 0)
+      fail(ErrorKind::kConfig,
+           "tensor parallelism {}: {}={} is not divisible by {} ({} is split over the tensor axis)", tp.size,
+           key, dim, tp.size, axis);
+  };
+  check("q_heads", "num_query_heads", s.num_query_heads);
+  check("kv_heads", "num_kv_heads", s.num_kv_heads);
+  check("mlp", "mlp_dim", s.mlp_dim);
+  check("vocab", "vocab_size", s.vocab_size);
+  g.set_tensor_parallel(std::move(tp));
+}
+
+}  // namespace
+
 DecoderInputs build_llama(Graph& g, const ModelSpec& s) {
   if (s.decoder_block != "llama2" && s.decoder_block != "mistral" && s.decoder_block != "default")
     fail(ErrorKind::kConfig, "decoder_block '{}' is not built by Tessera yet (available: llama2, mistral)",
          s.decoder_block);
+  apply_tensor_parallel(g, s);
   const int64_t N = s.batch * s.seq;
   DecoderInputs in;
   in.tokens = g.input("inputs", Shape{N}, DType::kI32);

@@ -8,6 +8,9 @@
 //   loss = cross_entropy(logits, targets)
 // Weights are stored [in, out] with MaxText's logical axis names; the parameter names follow
 // MaxText's tree (decoder.layers_<l>.self_attention.query.kernel, ...).
+// Tensor parallelism (spec.tp_size > 1, models/tensor_parallel.h) does not change this code: the
+// graph keeps this rank's heads, MLP columns and vocabulary rows of each parameter and inserts
+// Megatron's collectives itself (graph.h); the builder only reads the local head counts back.
 #pragma once
 
 #include "tessera/graph/graph.h"

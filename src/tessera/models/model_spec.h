@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessera/core/dtype.h"
 
@@ -26,6 +27,13 @@ struct ModelSpec {
   std::string mlp_activation = "silu";  // gate activation of the gated MLP
   DType dtype = DType::kF32;            // compute dtype of activations and matmul inputs
   float z_loss = 0.0f;
+
+  // Tensor parallelism: this rank builds the tp_rank-th of tp_size slices of the parameter axes in
+  // tp_axes, those that logical_axis_rules put on the tensor axis (heads, q_heads, kv_heads, mlp,
+  // vocab by default). The trainer fills all three with models::set_tensor_parallel; 1, 0 and
+  // none for one device.
+  int64_t tp_size = 1, tp_rank = 0;
+  std::vector<std::string> tp_axes;
 
   // Batch geometry of one micro-step.
   int64_t batch = 0;  // B: sequences per device per micro-step

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <set>
 
+#include "tessera/core/crc32c.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/models/init.h"
-#include "tessera/core/crc32c.h"
 
 namespace tessera::train {
 
@@ -73,34 +73,94 @@ std::string crc_hex(uint32_t crc) {
   return fmt::format("{:08x}", crc);
 }
 
-// Writes checkpoint `step` under `root` (see checkpoint.h for the protocol) and deletes the
-// oldest complete checkpoints beyond `keep` (-1: keep all); returns the deleted steps.
-std::vector<int64_t> write_checkpoint(const fs::path& root, int64_t step,
-                                      const std::vector<NamedTensor>& params,
-                                      const std::vector<NamedTensor>& opt_state, nlohmann::json manifest,
-                                      int64_t keep) {
+std::string piece_key(const std::string& name) {
+  return "piece:" + name;
+}
+
+std::string encode_piece(const dist::Piece& p) {
+  std::vector<int64_t> off(p.offset.begin(), p.offset.begin() + p.whole.rank()), whole;
+  for (int i = 0; i < p.whole.rank(); ++i) whole.push_back(p.whole[i]);
+  return fmt::format("offset={} whole={}", fmt::join(off, ","), fmt::join(whole, ","));
+}
+
+std::vector<int64_t> parse_ints(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(std::stoll(s.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The piece a file's tensor holds: its metadata entry, else (a one-rank checkpoint, a converted
+// file) the whole tensor.
+dist::Piece file_piece(const SafetensorsFile& file, const std::string& name, const Shape& stored) {
+  auto it = file.metadata().find(piece_key(name));
+  if (it == file.metadata().end()) return dist::whole_piece(stored);
+  const std::string& text = it->second;
+  const size_t o = text.find("offset="), w = text.find(" whole=");
+  if (o != 0 || w == std::string::npos)
+    fail(ErrorKind::kIo, "{}: metadata {} = '{}' is not 'offset=... whole=...'", file.path(), piece_key(name),
+         text);
+  std::vector<int64_t> off, whole;
+  try {
+    off = parse_ints(text.substr(7, w - 7));
+    whole = parse_ints(text.substr(w + 7));
+  } catch (const std::exception&) {
+    fail(ErrorKind::kIo, "{}: metadata {} = '{}' does not parse", file.path(), piece_key(name), text);
+  }
+  if (static_cast<int>(off.size()) != stored.rank() || whole.size() != off.size())
+    fail(ErrorKind::kIo, "{}: metadata {} = '{}' does not fit the tensor's shape {}", file.path(),
+         piece_key(name), text, stored.str());
+  dist::Piece p;
+  p.whole = Shape::of_rank(stored.rank());
+  p.shape = stored;
+  for (int i = 0; i < stored.rank(); ++i) {
+    p.whole[i] = whole[static_cast<size_t>(i)];
+    p.offset[i] = off[static_cast<size_t>(i)];
+    if (p.offset[i] < 0 || p.offset[i] + stored[i] > p.whole[i])
+      fail(ErrorKind::kIo, "{}: metadata {} = '{}' lies outside the whole tensor", file.path(),
+           piece_key(name), text);
+  }
+  return p;
+}
+
+// Writes `tensors` as one safetensors file with each piece in its metadata (when it is not whole).
+void write_pieces(const fs::path& path, const std::vector<PieceTensor>& tensors, int64_t step) {
+  std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", std::to_string(step)}};
+  std::vector<NamedTensor> named;
+  for (const PieceTensor& t : tensors) {
+    named.push_back(t.tensor);
+    if (!t.piece.covers_all()) meta[piece_key(t.tensor.name)] = encode_piece(t.piece);
+  }
+  write_safetensors(path.string(), named, meta);
+}
+
+// Creates `root`/<step>.tmp/ afresh (and `root` when missing); returns it.
+fs::path make_tmp_dir(const fs::path& root, int64_t step) {
   std::error_code ec;
   if (!fs::is_directory(root)) {
     fs::create_directories(root, ec);
     check_ec(ec, "cannot create the checkpoint folder " + root.string());
     fsync_path(root.parent_path().empty() ? fs::path(".") : root.parent_path());
   }
-  const fs::path final_dir = root / std::to_string(step), tmp = root / (std::to_string(step) + ".tmp");
+  const fs::path tmp = root / (std::to_string(step) + ".tmp");
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   check_ec(ec, "cannot create " + tmp.string());
+  return tmp;
+}
 
-  const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", std::to_string(step)}};
-  write_safetensors((tmp / kParamsFile).string(), params, meta);
-  if (!opt_state.empty()) write_safetensors((tmp / kOptStateFile).string(), opt_state, meta);
-  nlohmann::json files = nlohmann::json::object();
-  std::vector<const char*> written = {kParamsFile};
-  if (!opt_state.empty()) written.push_back(kOptStateFile);
-  for (const char* name : written) {
-    uint64_t bytes = 0;
-    const uint32_t crc = crc32c_file((tmp / name).string(), &bytes);
-    files[name] = {{"bytes", bytes}, {"crc32c", crc_hex(crc)}};
-  }
+// Writes the manifest (with every file's size and CRC32C) into `root`/<step>.tmp, renames it to
+// <step>/ and deletes the oldest complete checkpoints beyond `keep` (-1: keep all); returns the
+// deleted steps.
+std::vector<int64_t> publish(const fs::path& root, int64_t step, nlohmann::json manifest,
+                             const nlohmann::json& files, int64_t keep) {
+  std::error_code ec;
+  const fs::path final_dir = root / std::to_string(step), tmp = root / (std::to_string(step) + ".tmp");
   manifest["files"] = files;
   write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
   fsync_path(tmp);
@@ -135,39 +195,116 @@ std::vector<int64_t> write_checkpoint(const fs::path& root, int64_t step,
   return removed;
 }
 
-// Copies every `kind` tensor of the plan from `file` after checking that the file holds exactly
-// this model's tensors (names, f32, shapes); nothing is copied when a check fails.
-void load_tensors(graph::Plan& plan, const SafetensorsFile& file, graph::ValueKind kind) {
+nlohmann::json file_entry(uint64_t bytes, uint32_t crc) {
+  return {{"bytes", bytes}, {"crc32c", crc_hex(crc)}};
+}
+
+// The one-rank checkpoint: params.safetensors and opt_state.safetensors, then publish().
+std::vector<int64_t> write_checkpoint(const fs::path& root, int64_t step,
+                                      const std::vector<PieceTensor>& params,
+                                      const std::vector<PieceTensor>& opt_state, nlohmann::json manifest,
+                                      int64_t keep) {
+  const fs::path tmp = make_tmp_dir(root, step);
+  write_pieces(tmp / kParamsFile, params, step);
+  if (!opt_state.empty()) write_pieces(tmp / kOptStateFile, opt_state, step);
+  nlohmann::json files = nlohmann::json::object();
+  std::vector<const char*> written = {kParamsFile};
+  if (!opt_state.empty()) written.push_back(kOptStateFile);
+  for (const char* name : written) {
+    uint64_t bytes = 0;
+    const uint32_t crc = crc32c_file((tmp / name).string(), &bytes);
+    files[name] = file_entry(bytes, crc);
+  }
+  return publish(root, step, std::move(manifest), files, keep);
+}
+
+// The state files of a checkpoint folder: params.safetensors or params.<r>-of-<N>.safetensors
+// (`prefix` "params"), likewise for "opt_state".
+bool is_state_file(const std::string& name, const std::string& prefix) {
+  return name.starts_with(prefix + ".") && name.ends_with(".safetensors");
+}
+
+// Copies into each `kind` value's stored piece (Plan::state; the optimizer's piece for moments)
+// whatever parts of it the files hold, after checking that the files hold exactly this model's
+// tensors (names, f32, whole shapes) and cover every piece; nothing is copied when a check fails.
+void load_tensors(graph::Plan& plan, const std::vector<std::unique_ptr<SafetensorsFile>>& files,
+                  graph::ValueKind kind) {
   const char* what = kind == graph::ValueKind::kParam ? "a parameter" : "an optimizer state tensor";
   const auto& values = plan.graph().values();
-  std::vector<std::pair<graph::ValueId, Tensor>> copies;
+  struct Source {
+    const SafetensorsFile* file;
+    Tensor data;
+    dist::Piece piece;
+  };
+  std::map<std::string, std::vector<Source>> sources;
+  for (const auto& f : files)
+    for (const std::string& n : f->names()) {
+      Tensor t = f->get(n);
+      sources[n].push_back({f.get(), t, file_piece(*f, n, t.shape())});
+    }
+  const std::string where = files.size() == 1
+                                ? files[0]->path()
+                                : fmt::format("{} (and {} more files)", files[0]->path(), files.size() - 1);
+  std::vector<std::pair<graph::ValueId, const std::vector<Source>*>> copies;
   std::set<std::string> names;
   for (size_t id = 0; id < values.size(); ++id) {
     const graph::Value& v = values[id];
     if (v.kind != kind) continue;
     names.insert(v.name);
-    if (!file.contains(v.name))
+    const graph::ParamLayout& L = plan.layout(static_cast<graph::ValueId>(id));
+    const dist::Piece& want = kind == graph::ValueKind::kParam ? L.stored : L.opt;
+    auto it = sources.find(v.name);
+    if (it == sources.end())
       fail(ErrorKind::kConfig,
-           "{}: has no tensor '{}', {} of this model (shape {}); the file holds {} tensors: is it a "
+           "{}: has no tensor '{}', {} of this model (shape {}); the files hold {} tensors: is it a "
            "checkpoint "
            "of another model or optimizer?",
-           file.path(), v.name, what, v.shape.str(), file.names().size());
-    Tensor t = file.get(v.name);
-    if (t.dtype() != DType::kF32)
-      fail(ErrorKind::kConfig, "{}: tensor '{}' is {} in the file; Tessera keeps it in float32", file.path(),
-           v.name, dtype_name(t.dtype()));
-    if (!(t.shape() == v.shape))
-      fail(ErrorKind::kConfig,
-           "{}: tensor '{}' has shape {} in the file but {} in this model (another model size?)", file.path(),
-           v.name, t.shape().str(), v.shape.str());
-    copies.emplace_back(static_cast<graph::ValueId>(id), t);
+           where, v.name, what, want.whole.str(), sources.size());
+    int64_t covered = 0;
+    for (const Source& src : it->second) {
+      if (src.data.dtype() != DType::kF32)
+        fail(ErrorKind::kConfig, "{}: tensor '{}' is {} in the file; Tessera keeps it in float32",
+             src.file->path(), v.name, dtype_name(src.data.dtype()));
+      if (!(src.piece.whole == want.whole))
+        fail(ErrorKind::kConfig,
+             "{}: tensor '{}' has shape {} in the file but {} in this model (another model size?)",
+             src.file->path(), v.name, src.piece.whole.str(), want.whole.str());
+      int64_t overlap = 1;
+      for (int d = 0; d < want.whole.rank(); ++d)
+        overlap *= std::max<int64_t>(
+            0, std::min(src.piece.offset[d] + src.piece.shape[d], want.offset[d] + want.shape[d]) -
+                   std::max(src.piece.offset[d], want.offset[d]));
+      covered += overlap;
+    }
+    // Pieces never overlap each other in a file set Tessera wrote, so the sum is the coverage.
+    if (covered != want.shape.numel())
+      fail(ErrorKind::kIo,
+           "{}: the pieces of '{}' cover {} of the {} elements this rank needs ({}); is a shard file "
+           "missing?",
+           where, v.name, covered, want.shape.numel(), want.str());
+    copies.emplace_back(static_cast<graph::ValueId>(id), &it->second);
   }
-  for (const std::string& n : file.names())
+  for (const auto& [n, list] : sources)
     if (!names.count(n))
       fail(ErrorKind::kConfig,
            "{}: tensor '{}' is not {} of this model (a checkpoint of another model or optimizer?)",
-           file.path(), n, what);
-  for (const auto& [id, t] : copies) std::memcpy(plan.view(id).data(), t.data(), t.nbytes());
+           list[0].file->path(), n, what);
+  for (const auto& [id, list] : copies) {
+    const graph::ParamLayout& L = plan.layout(id);
+    const dist::Piece& want = kind == graph::ValueKind::kParam ? L.stored : L.opt;
+    for (const Source& src : *list)
+      dist::copy_overlap(src.piece, src.data.data(), want, plan.state(id).data(), 4);
+  }
+}
+
+// Opens the files of `dir` named by the manifest that start with `prefix`.
+std::vector<std::unique_ptr<SafetensorsFile>> open_state_files(const fs::path& dir,
+                                                               const nlohmann::json& manifest,
+                                                               const std::string& prefix) {
+  std::vector<std::unique_ptr<SafetensorsFile>> out;
+  for (const auto& [name, e] : manifest.at("files").items())
+    if (is_state_file(name, prefix)) out.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
+  return out;
 }
 
 bool plan_has(const graph::Plan& plan, graph::ValueKind kind) {
@@ -217,7 +354,11 @@ nlohmann::json verify_checkpoint(const fs::path& dir) {
       fail(ErrorKind::kIo, "{}: format_version {} is newer than this build reads ({})", mpath.string(),
            version, kCheckpointFormatVersion);
     const nlohmann::json& files = m.at("files");
-    if (!files.contains(kParamsFile)) fail(ErrorKind::kIo, "{}: lists no {}", mpath.string(), kParamsFile);
+    bool any_params = false;
+    for (const auto& [name, e] : files.items()) any_params = any_params || is_state_file(name, "params");
+    if (!any_params)
+      fail(ErrorKind::kIo, "{}: lists no {} (nor params.<r>-of-<N>.safetensors)", mpath.string(),
+           kParamsFile);
     for (const auto& [name, e] : files.items()) {
       if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
         fail(ErrorKind::kIo, "{}: lists '{}', which is not a file name in the checkpoint folder",
@@ -245,8 +386,9 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const fs::path& path, Resto
   CheckpointInfo info;
   info.path = path;
   if (kind == RestoreKind::kParams && fs::is_regular_file(path)) {
-    SafetensorsFile file(path.string());
-    load_tensors(plan, file, graph::ValueKind::kParam);
+    std::vector<std::unique_ptr<SafetensorsFile>> files;
+    files.push_back(std::make_unique<SafetensorsFile>(path.string()));
+    load_tensors(plan, files, graph::ValueKind::kParam);
     models::sync_compute_copies(plan);
     return info;
   }
@@ -254,13 +396,10 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const fs::path& path, Resto
     fail(ErrorKind::kIo, "{}: no such checkpoint folder{}", path.string(),
          kind == RestoreKind::kParams ? " or parameter file" : "");
   const nlohmann::json m = verify_checkpoint(path);
-  {
-    SafetensorsFile params((path / kParamsFile).string());
-    load_tensors(plan, params, graph::ValueKind::kParam);
-  }
+  load_tensors(plan, open_state_files(path, m, "params"), graph::ValueKind::kParam);
   if (kind == RestoreKind::kFullState) {
-    if (m.at("files").contains(kOptStateFile)) {
-      SafetensorsFile opt((path / kOptStateFile).string());
+    auto opt = open_state_files(path, m, "opt_state");
+    if (!opt.empty()) {
       load_tensors(plan, opt, graph::ValueKind::kOptState);
     } else if (plan_has(plan, graph::ValueKind::kOptState)) {
       fail(ErrorKind::kConfig,
@@ -272,6 +411,7 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const fs::path& path, Resto
     try {
       info.step = m.at("step").get<int64_t>();
       info.data_iterator = m.value("data_iterator", nlohmann::json());
+      info.data_iterators = m.value("data_iterators", nlohmann::json());
     } catch (const nlohmann::json::exception& e) {
       fail(ErrorKind::kIo, "{}: {}", (path / kManifestFile).string(), e.what());
     }
@@ -280,17 +420,44 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const fs::path& path, Resto
   return info;
 }
 
-Checkpointer::Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& log)
-    : cfg_(cfg), plan_(plan), log_(log), root_(checkpoint_root(cfg)), config_yaml_(config_to_yaml(cfg)) {
+namespace {
+
+// Which pieces this rank writes: a piece held by several ranks is written by the one with
+// coordinate 0 on every axis along which the holders differ.
+bool writes_piece(const dist::Mesh* mesh, const graph::ParamLayout& L, bool opt) {
+  if (!mesh) return true;
+  const bool data_split = opt && L.opt_parts > 1;
+  return (data_split || mesh->coord(MeshAxis::kData) == 0) &&
+         (L.sharded() || mesh->coord(MeshAxis::kFsdp) == 0) &&
+         (L.tensor_parts > 1 || mesh->coord(MeshAxis::kTensor) == 0);
+}
+
+std::string shard_name(const char* prefix, int rank, int n) {
+  return fmt::format("{}.{:05d}-of-{:05d}.safetensors", prefix, rank, n);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& log, dist::Mesh* mesh)
+    : cfg_(cfg),
+      plan_(plan),
+      log_(log),
+      mesh_(mesh),
+      root_(checkpoint_root(cfg)),
+      config_yaml_(config_to_yaml(cfg)) {
   const auto& values = plan.graph().values();
   size_t capacity = 0;
   for (size_t id = 0; id < values.size(); ++id) {
     const graph::Value& v = values[id];
     if (v.kind != graph::ValueKind::kParam && v.kind != graph::ValueKind::kOptState) continue;
-    auto& list = v.kind == graph::ValueKind::kParam ? params_ : opt_state_;
-    list.push_back({v.name, plan.view(static_cast<graph::ValueId>(id)), Tensor()});
-    state_bytes_ += list.back().live.nbytes();
-    capacity += aligned_bytes(v.shape, v.dtype);
+    const bool opt = v.kind == graph::ValueKind::kOptState;
+    const graph::ParamLayout& L = plan.layout(static_cast<graph::ValueId>(id));
+    if (!writes_piece(mesh_, L, opt)) continue;
+    auto& list = opt ? opt_state_ : params_;
+    const Tensor& live = plan.state(static_cast<graph::ValueId>(id));
+    list.push_back({v.name, live, Tensor(), opt ? L.opt : L.stored});
+    state_bytes_ += live.nbytes();
+    capacity += aligned_bytes(live.shape(), live.dtype());
   }
   if (!cfg.async_checkpointing) return;
   const auto t0 = Clock::now();
@@ -306,12 +473,20 @@ Checkpointer::Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& l
                            std::min(kChunk, st.live.nbytes() - off)});
     }
   log_ << fmt::format(
-      "checkpoints: snapshot buffer for async saves {:.1f} MiB, allocated and faulted in {:.3f} s\n",
-      mib(state_bytes_), since(t0));
+      "checkpoints: snapshot buffer for async saves {:.1f} MiB{}, allocated and faulted in {:.3f} s\n",
+      mib(state_bytes_), world_size() > 1 ? " (this rank's pieces)" : "", since(t0));
+}
+
+int Checkpointer::world_size() const {
+  return mesh_ ? static_cast<int>(mesh_->num_devices()) : 1;
 }
 
 Checkpointer::~Checkpointer() {
   if (!writer_.joinable()) return;
+  if (world_size() > 1) {  // the collective finish needs every rank: a destructor cannot ask for that
+    writer_.join();
+    return;
+  }
   try {
     join_and_report();
   } catch (const std::exception& e) {
@@ -333,7 +508,8 @@ void Checkpointer::remove_incomplete() {
 }
 
 std::optional<CheckpointInfo> Checkpointer::restore_latest() {
-  remove_incomplete();
+  if (!mesh_ || mesh_->world().rank() == 0) remove_incomplete();
+  if (mesh_) mesh_->world().barrier();
   const std::vector<int64_t> steps = list_checkpoints(root_);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const fs::path dir = root_ / std::to_string(*it);
@@ -389,42 +565,70 @@ void Checkpointer::save(int64_t step, const nlohmann::json& data_iterator, bool 
   const double waited = since(t0);
   nlohmann::json manifest = manifest_base(step, data_iterator);
   auto named = [](const std::vector<StateTensor>& list, bool snapshot) {
-    std::vector<NamedTensor> out;
-    for (const StateTensor& st : list) out.push_back({st.name, snapshot ? st.snapshot : st.live});
+    std::vector<PieceTensor> out;
+    for (const StateTensor& st : list) out.push_back({{st.name, snapshot ? st.snapshot : st.live}, st.piece});
     return out;
   };
   const fs::path dir = root_ / std::to_string(step);
+  const int n = world_size();
+  if (n > 1) {
+    // Every reader's data iterator state, by reader index (its rank in the data x fsdp group).
+    const std::vector<std::string> states =
+        dist::all_gather_strings(mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}), data_iterator.dump());
+    nlohmann::json all = nlohmann::json::array();
+    for (const std::string& st : states) all.push_back(nlohmann::json::parse(st));
+    manifest["data_iterators"] = all;
+    manifest["shards"] = n;
+    if (mesh_->world().rank() == 0) make_tmp_dir(root_, step);
+    mesh_->world().barrier();  // the folder exists for every rank
+  }
   if (!async) {
     const auto t1 = Clock::now();
-    std::vector<int64_t> removed =
-        write_checkpoint(root_, step, named(params_, false), named(opt_state_, false), std::move(manifest),
-                         cfg_.max_num_checkpoints_to_keep);
+    Pending p;
+    p.step = step;
+    p.bytes = state_bytes_;
+    if (n == 1) {
+      p.removed = write_checkpoint(root_, step, named(params_, false), named(opt_state_, false),
+                                   std::move(manifest), cfg_.max_num_checkpoints_to_keep);
+    } else {
+      p.manifest = std::move(manifest);
+      try {
+        p.files = write_shards(step, named(params_, false), named(opt_state_, false));
+      } catch (const std::exception&) {
+        p.error = std::current_exception();
+      }
+      finish_sharded(p);
+    }
     log_ << fmt::format(
-        "checkpoint {}: saved to {} in {:.3f} s ({:.1f} MiB, synchronous: the step loop waited)\n", step,
-        dir.string(), since(t1), mib(state_bytes_));
-    if (!removed.empty())
+        "checkpoint {}: saved to {} in {:.3f} s ({:.1f} MiB{}, synchronous: the step loop waited)\n", step,
+        dir.string(), since(t1), mib(state_bytes_), n > 1 ? " on this rank" : "");
+    if (!p.removed.empty())
       log_ << fmt::format("checkpoints: deleted {} (max_num_checkpoints_to_keep={})\n",
-                          fmt::join(removed, ", "), cfg_.max_num_checkpoints_to_keep);
+                          fmt::join(p.removed, ", "), cfg_.max_num_checkpoints_to_keep);
     log_ << std::flush;
     return;
   }
-  TESSERA_ASSERT(snapshot_.base() != nullptr);
+  TESSERA_ASSERT(snapshot_.base() != nullptr || chunks_.empty());
   const auto t1 = Clock::now();
-  const int64_t n = static_cast<int64_t>(chunks_.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-  for (int64_t i = 0; i < n; ++i) std::memcpy(chunks_[i].dst, chunks_[i].src, chunks_[i].bytes);
+  const int64_t nchunks = static_cast<int64_t>(chunks_.size());
+#pragma omp parallel for schedule(dynamic, 1) if (nchunks > 1)
+  for (int64_t i = 0; i < nchunks; ++i) std::memcpy(chunks_[i].dst, chunks_[i].src, chunks_[i].bytes);
   pending_ = Pending{};
   pending_.step = step;
   pending_.waited = waited;
   pending_.copy = since(t1);
   pending_.bytes = state_bytes_;
+  if (n > 1) pending_.manifest = manifest;
   writer_done_.store(false, std::memory_order_relaxed);
-  writer_ = std::thread([this, params = named(params_, true), opt = named(opt_state_, true),
+  writer_ = std::thread([this, n, params = named(params_, true), opt = named(opt_state_, true),
                          manifest = std::move(manifest)]() mutable {
     const auto t = Clock::now();
     try {
-      pending_.removed = write_checkpoint(root_, pending_.step, params, opt, std::move(manifest),
-                                          cfg_.max_num_checkpoints_to_keep);
+      if (n == 1)
+        pending_.removed = write_checkpoint(root_, pending_.step, params, opt, std::move(manifest),
+                                            cfg_.max_num_checkpoints_to_keep);
+      else
+        pending_.files = write_shards(pending_.step, params, opt);
     } catch (const Error& e) {
       pending_.error = std::make_exception_ptr(
           Error(e.kind(), fmt::format("checkpoint {} (background save): {}", pending_.step, e.what())));
@@ -437,16 +641,70 @@ void Checkpointer::save(int64_t step, const nlohmann::json& data_iterator, bool 
   });
 }
 
-void Checkpointer::join_and_report() {
-  if (!writer_.joinable()) return;
-  writer_.join();
-  Pending p = std::move(pending_);
-  pending_ = Pending{};
-  if (p.error) std::rethrow_exception(p.error);
+// This rank's shard files in <step>.tmp (N ranks): no file when it writes no piece of a kind.
+std::vector<Checkpointer::FileInfo> Checkpointer::write_shards(int64_t step,
+                                                               const std::vector<PieceTensor>& params,
+                                                               const std::vector<PieceTensor>& opt) const {
+  const fs::path tmp = root_ / (std::to_string(step) + ".tmp");
+  const int rank = mesh_->world().rank(), n = world_size();
+  std::vector<FileInfo> files;
+  for (const auto& [prefix, list] : {std::pair{"params", &params}, std::pair{"opt_state", &opt}}) {
+    if (list->empty()) continue;
+    FileInfo f{.name = shard_name(prefix, rank, n)};
+    write_pieces(tmp / f.name, *list, step);
+    f.crc = crc32c_file((tmp / f.name).string(), &f.bytes);
+    files.push_back(f);
+  }
+  return files;
+}
+
+void Checkpointer::finish_sharded(Pending& p) {
+  if (writer_.joinable()) writer_.join();
+  dist::Communicator& world = mesh_->world();
+  double failed = p.error ? 1 : 0;
+  world.all_reduce_f64(&failed, 1, dist::ReduceOp::kMax);
+  if (failed > 0) {
+    if (p.error) std::rethrow_exception(p.error);
+    fail(ErrorKind::kIo, "checkpoint {}: another rank failed to write its shard files (see its error)",
+         p.step);
+  }
+  // Every rank's files as (kind, bytes, crc) records: kind 0 params, 1 opt_state, -1 none.
+  std::vector<int64_t> mine(6, -1), all(6 * static_cast<size_t>(world.size()));
+  for (const FileInfo& f : p.files) {
+    const size_t at = f.name.starts_with("params") ? 0 : 3;
+    mine[at] = at == 0 ? 0 : 1;
+    mine[at + 1] = static_cast<int64_t>(f.bytes);
+    mine[at + 2] = f.crc;
+  }
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::kI64);
+  int32_t ok = 1;
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      nlohmann::json files = nlohmann::json::object();
+      for (int r = 0; r < world.size(); ++r)
+        for (size_t at : {size_t{0}, size_t{3}}) {
+          const int64_t* rec = all.data() + 6 * static_cast<size_t>(r) + at;
+          if (rec[0] < 0) continue;
+          files[shard_name(rec[0] == 0 ? "params" : "opt_state", r, world.size())] =
+              file_entry(static_cast<uint64_t>(rec[1]), static_cast<uint32_t>(rec[2]));
+        }
+      p.removed = publish(root_, p.step, std::move(p.manifest), files, cfg_.max_num_checkpoints_to_keep);
+    } catch (const std::exception& e) {
+      ok = 0;
+      error = e.what();
+    }
+  }
+  world.broadcast(&ok, 1, DType::kI32, 0);
+  if (!ok)
+    fail(ErrorKind::kIo, "checkpoint {}: {}", p.step,
+         world.rank() == 0 ? error : std::string("rank 0 could not write the manifest (see its error)"));
+}
+
+void Checkpointer::report(const Pending& p) const {
   log_ << fmt::format(
       "checkpoint {}: saved to {}; the step loop stalled {:.3f} s (snapshot copy of {:.1f} MiB {:.3f} s, "
-      "waiting for "
-      "the previous save {:.3f} s), background write {:.3f} s\n",
+      "waiting for the previous save {:.3f} s), background write {:.3f} s\n",
       p.step, (root_ / std::to_string(p.step)).string(), p.waited + p.copy, mib(p.bytes), p.copy, p.waited,
       p.write);
   if (!p.removed.empty())
@@ -455,8 +713,29 @@ void Checkpointer::join_and_report() {
   log_ << std::flush;
 }
 
+void Checkpointer::join_and_report() {
+  if (!writer_.joinable()) return;
+  if (world_size() > 1) {
+    finish_sharded(pending_);
+  } else {
+    writer_.join();
+    if (pending_.error) {
+      std::exception_ptr e = pending_.error;
+      pending_ = Pending{};
+      std::rethrow_exception(e);
+    }
+  }
+  Pending p = std::move(pending_);
+  pending_ = Pending{};
+  report(p);
+}
+
+// With N ranks, whether every rank's writer is done is agreed on (collectively) before finishing.
 void Checkpointer::poll() {
-  if (writer_.joinable() && writer_done_.load(std::memory_order_acquire)) join_and_report();
+  if (!writer_.joinable()) return;
+  double busy = writer_done_.load(std::memory_order_acquire) ? 0 : 1;
+  if (world_size() > 1) mesh_->world().all_reduce_f64(&busy, 1, dist::ReduceOp::kMax);
+  if (busy == 0) join_and_report();
 }
 
 void Checkpointer::wait() {

@@ -9,6 +9,15 @@
 //     manifest.json          format version, step, the resolved config as YAML, the data
 //                            iterator's state, the mesh, and each file's size and CRC32C
 //
+// A job of N > 1 ranks writes sharded files instead: params.<r>-of-<N>.safetensors and
+// opt_state.<r>-of-<N>.safetensors from each world rank r that holds a piece no lower rank holds
+// (a piece held by several ranks, e.g. under data parallelism, is written once). Every tensor in
+// them is a piece of the whole: its metadata entry "piece:<name>" says "offset=a,b whole=c,d".
+// All ranks write at once into <step>.tmp/; then rank 0, holding every file's size and CRC32C,
+// writes the manifest and renames the folder. Restoring reads, for each of this rank's pieces,
+// whatever stored pieces overlap it, so a checkpoint restores on any mesh (any number of ranks,
+// any fsdp / data split, ZeRO-1 or not) and a one-rank checkpoint is the plain layout above.
+//
 // Atomicity: a save writes into <step>.tmp/, fsyncs every file and the folder, renames it to
 // <step>/ and fsyncs the parent, so a folder with a step number for a name is complete; a crash
 // leaves at most a *.tmp folder, which the next run removes. Integrity: loading checks every
@@ -19,8 +28,10 @@
 // Async saves: the step loop copies parameters and optimizer state into a host buffer allocated
 // once (the stall), and a background thread writes the files while training continues; one save
 // is in flight at a time. That writer is a std::thread, not OpenMP work: it does file I/O, not
-// compute, and must run across steps while the OpenMP pool runs the kernels. Left out: sharded (per-rank)
-// files, Orbax/OCDBT, saving bf16 compute copies (they are recomputed from the masters on load).
+// compute, and must run across steps while the OpenMP pool runs the kernels. With N ranks the
+// thread only writes this rank's files; the manifest and the rename follow in poll(), wait() or
+// the next save, which every rank calls after the same step (they are collective then). Left
+// out: Orbax/OCDBT, saving bf16 compute copies (they are recomputed from the masters on load).
 #pragma once
 
 #include <atomic>
@@ -36,6 +47,8 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/arena.h"
+#include "tessera/core/safetensors.h"
+#include "tessera/dist/mesh.h"
 #include "tessera/graph/plan.h"
 
 namespace tessera::train {
@@ -54,6 +67,8 @@ struct CheckpointInfo {
   std::filesystem::path path;    // the folder (or, for a bare parameter file, the file)
   int64_t step = 0;              // completed optimizer steps; 0 for kParams
   nlohmann::json data_iterator;  // the data pipeline's state at `step` (null for kParams)
+  // With more than one data x fsdp reader: every reader's state, by reader index (else null).
+  nlohmann::json data_iterators;
 };
 
 // {base_output_directory}/{run_name}/checkpoints
@@ -73,11 +88,19 @@ nlohmann::json verify_checkpoint(const std::filesystem::path& dir);
 // or kConfig (a checkpoint of another model or optimizer).
 CheckpointInfo restore_checkpoint(graph::Plan& plan, const std::filesystem::path& path, RestoreKind kind);
 
+// A tensor of a checkpoint file and the part of the whole tensor it holds.
+struct PieceTensor {
+  NamedTensor tensor;
+  dist::Piece piece;
+};
+
 class Checkpointer {
  public:
-  // Saves under checkpoint_root(cfg). With cfg.async_checkpointing the snapshot buffer (parameters
-  // and optimizer state) is allocated and pre-faulted here, once.
-  Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& log);
+  // Saves under checkpoint_root(cfg). With cfg.async_checkpointing the snapshot buffer (this
+  // rank's pieces of the parameters and optimizer state) is allocated and pre-faulted here, once.
+  // `mesh` (not owned; nullptr: one rank) decides which pieces this rank writes; with more than
+  // one rank, restore_latest, save, poll and wait are collective over its world.
+  Checkpointer(const Config& cfg, graph::Plan& plan, std::ostream& log, dist::Mesh* mesh = nullptr);
   // Waits for a save in flight; its error, if any, is logged (a destructor does not throw).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -103,8 +126,14 @@ class Checkpointer {
  private:
   struct StateTensor {
     std::string name;
-    Tensor live;      // the plan's view
-    Tensor snapshot;  // its place in the snapshot buffer (async only)
+    Tensor live;        // the plan's stored piece
+    Tensor snapshot;    // its place in the snapshot buffer (async only)
+    dist::Piece piece;  // which part of the whole tensor it is
+  };
+  struct FileInfo {
+    std::string name;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
   };
   struct Pending {
     int64_t step = 0;
@@ -112,6 +141,8 @@ class Checkpointer {
     double write = 0;             // the background write
     size_t bytes = 0;
     std::vector<int64_t> removed;  // older checkpoints deleted by max_num_checkpoints_to_keep
+    std::vector<FileInfo> files;   // this rank's shard files (N ranks), written into <step>.tmp
+    nlohmann::json manifest;       // for rank 0's finish (N ranks)
     std::exception_ptr error;
   };
   struct CopyChunk {  // a piece of the snapshot copy, for the threads to share
@@ -122,10 +153,18 @@ class Checkpointer {
   nlohmann::json manifest_base(int64_t step, const nlohmann::json& data_iterator) const;
   void join_and_report();
   void remove_incomplete();
+  int world_size() const;
+  // N ranks: joins this rank's writer, then (collectively) rank 0 writes the manifest, renames
+  // <step>.tmp and deletes old checkpoints; every rank throws if any rank failed.
+  void finish_sharded(Pending& p);
+  void report(const Pending& p) const;
+  std::vector<FileInfo> write_shards(int64_t step, const std::vector<PieceTensor>& params,
+                                     const std::vector<PieceTensor>& opt) const;
 
   Config cfg_;
   graph::Plan& plan_;
   std::ostream& log_;
+  dist::Mesh* mesh_ = nullptr;
   std::filesystem::path root_;
   std::string config_yaml_;
   std::vector<StateTensor> params_, opt_state_;

@@ -2,44 +2,68 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
-#include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <cmath>
 #include <csignal>
+#include <nlohmann/json.hpp>
 
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/models/init.h"
+#include "tessera/models/tensor_parallel.h"
 #include "tessera/ops/optimizer.h"
 
 namespace tessera::train {
 
 namespace {
+// The Llama builder splits heads, MLP and vocabulary over the tensor axis (models/llama.cc,
+// models/tensor_parallel.h).
+constexpr bool kTensorParallelismBuilt = true;
+
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Options whose machinery is not in this build are refused, never silently ignored.
 void reject_unbuilt_options(const Config& cfg) {
   auto refuse = [](bool set, const char* what) {
     if (set) fail(ErrorKind::kConfig, "{} is not in this build yet", what);
   };
-  refuse(cfg.eval_interval > 0 && cfg.eval_per_device_batch_size > 0 &&
-             cfg.eval_per_device_batch_size != cfg.per_device_batch_size,
-         "eval_per_device_batch_size other than per_device_batch_size (eval runs the training plan's shapes)");
+  refuse(
+      cfg.eval_interval > 0 && cfg.eval_per_device_batch_size > 0 &&
+          cfg.eval_per_device_batch_size != cfg.per_device_batch_size,
+      "eval_per_device_batch_size other than per_device_batch_size (eval runs the training plan's shapes)");
   refuse(cfg.hardware != "cpu", "hardware other than cpu (the CUDA backend)");
   refuse(cfg.scan_layers, "scan_layers=true (stacked layer parameters)");
   refuse(cfg.adam_eps_root != 0, "adam_eps_root other than 0");
   refuse(cfg.attention_type != "global" && cfg.attention_type != "local_sliding",
          "attention_type other than global and local_sliding");
-  refuse(cfg.rope_type != "default" && cfg.rope_type != "llama3.1", "rope_type other than default and llama3.1");
+  refuse(cfg.rope_type != "default" && cfg.rope_type != "llama3.1",
+         "rope_type other than default and llama3.1");
   if (cfg.run_name.empty() && (cfg.enable_checkpointing || cfg.enable_tensorboard))
     fail(ErrorKind::kConfig,
          "enable_checkpointing and enable_tensorboard write under {}/<run_name>/: set run_name "
          "(or set both false)",
          cfg.base_output_directory);
+}
+
+// Mesh axes whose machinery is not in this build, refused by name and size.
+void reject_unbuilt_parallelism(const dist::Mesh& mesh) {
+  for (int a = 0; a < kNumMeshAxes; ++a) {
+    const auto axis = static_cast<MeshAxis>(a);
+    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || mesh.size(axis) == 1) continue;
+    if (axis == MeshAxis::kTensor && kTensorParallelismBuilt) continue;
+    fail(
+        ErrorKind::kConfig,
+        "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
+        "fsdp{} only; {} parallelism is not in this build yet",
+        kMeshAxes[a].axis, mesh.size(axis), kMeshAxes[a].key, kMeshAxes[a].key,
+        kTensorParallelismBuilt ? " and tensor" : "", kMeshAxes[a].key);
+  }
 }
 
 // SIGTERM and SIGINT set a flag that the step loop reads after each step (a handler may do no
@@ -101,38 +125,63 @@ models::ModelSpec model_spec_from_config(const Config& cfg) {
          cfg.sliding_window_size, cfg.attention_type);
   s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
   if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
-    fail(ErrorKind::kConfig, "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
+    fail(ErrorKind::kConfig,
+         "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
          fmt::join(cfg.mlp_activations, ", "));
   s.mlp_activation = cfg.mlp_activations[0];
   s.dtype = dtype_from_name(cfg.dtype);
   const double pdb = cfg.per_device_batch_size;
   if (pdb < 1 || std::floor(pdb) != pdb)
-    fail(ErrorKind::kConfig, "per_device_batch_size={}: Tessera trains whole sequences per device (an integer >= 1)",
-         pdb);
+    fail(ErrorKind::kConfig,
+         "per_device_batch_size={}: Tessera trains whole sequences per device (an integer >= 1)", pdb);
   s.batch = static_cast<int64_t>(pdb);
   s.seq = cfg.max_target_length;
   return s;
 }
 
-Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
+Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(cfg), log_(log), mesh_(mesh) {
   const auto t0 = Clock::now();
   reject_unbuilt_options(cfg);
-  if (cfg.num_devices != 1)
-    fail(ErrorKind::kConfig, "this build trains on one device; the mesh asks for {}", cfg.num_devices);
+  if (!mesh_) {
+    if (cfg.num_devices != 1)
+      fail(ErrorKind::kConfig,
+           "the config asks for {} devices, but this process runs alone: launch it with mpirun -np {} (or "
+           "srun)",
+           cfg.num_devices, cfg.num_devices);
+    own_mesh_ = dist::make_mesh(cfg, dist::make_single_process_communicator());
+    mesh_ = own_mesh_.get();
+  }
+  reject_unbuilt_parallelism(*mesh_);
+  writes_outputs_ = mesh_->world().rank() == 0;
   set_num_threads(static_cast<int>(cfg.num_threads));
   spec_ = model_spec_from_config(cfg);
+  models::set_tensor_parallel(spec_, cfg, mesh_->coord(MeshAxis::kTensor));
+  // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
+  // data x fsdp ranks (tensor ranks share their rows).
+  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  if (cfg.micro_batch_size_to_train_on % readers != 0)
+    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
+         cfg.micro_batch_size_to_train_on, readers);
+  spec_.batch = cfg.micro_batch_size_to_train_on / readers;
 
   graph::Graph g;
   inputs_ = models::build_llama(g, spec_);
   graph::PlanOptions po;
   po.remat_policy = cfg.remat_policy;
   po.optimizer = cfg.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;
+  for (int a = 0; a < kNumMeshAxes; ++a) {
+    po.sharding.sizes[a] = mesh_->size(static_cast<MeshAxis>(a));
+    po.sharding.coords[a] = mesh_->coord(static_cast<MeshAxis>(a));
+  }
+  po.sharding.rules = cfg.logical_axis_rules;
+  po.sharding.shard_optimizer_over_data = cfg.shard_optimizer_over_data;
   plan_ = std::make_unique<graph::Plan>(std::move(g), po);
   const double plan_seconds = since(t0);
 
-  ops::RopeConfig rc{.max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
+  ops::RopeConfig rc{
+      .max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
   if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
-  exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc));
+  exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc), mesh_);
   // A run that will load its parameters (its own checkpoint, or a load path) skips the init: the
   // load overwrites every parameter, and a failed load stops the run.
   const bool will_load = (cfg.enable_checkpointing && !list_checkpoints(checkpoint_root(cfg)).empty()) ||
@@ -157,33 +206,45 @@ Trainer::Trainer(const Config& cfg, std::ostream& log) : cfg_(cfg), log_(log) {
     peak_flops_ = peak_.for_dtype(compute);
   }
   startup_seconds_ = since(t0);
+  if (mesh_->num_devices() > 1) log_ << mesh_->describe() << "\n";
   log_ << plan_->summary() << "\n";
   log_ << fmt::format(
       "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
       "(MaxText's count: 3 x forward matmul + causal attention, recompute not counted); "
       "start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
-      cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated", 
+      cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated",
       spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
-  for (graph::ValueId p : plan_->graph().params()) param_views_.push_back(plan_->view(p));
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
-  data_ = std::make_unique<data::DataIterator>(data::data_options_from_config(cfg, /*eval=*/false));
+  // Ranks along data x fsdp read disjoint rows; ranks along tensor read the same ones.
+  const int64_t reader =
+      mesh_->coord(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp) + mesh_->coord(MeshAxis::kFsdp);
+  auto data_options = [&](bool eval) {
+    data::DataOptions o = data::data_options_from_config(cfg, eval, readers, reader);
+    o.batch = spec_.batch;
+    return o;
+  };
+  data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/false));
   log_ << "data: " << data_->describe() << "\n";
   if (cfg.eval_interval > 0) {
     if (cfg.dataset_type != "synthetic" && cfg.eval_dataset_path.empty())
-      fail(ErrorKind::kConfig, "eval_interval={} needs eval_dataset_path (the held-out split)", cfg.eval_interval);
-    if (cfg.dataset_type == "synthetic" && cfg.eval_steps < 1)
-      fail(ErrorKind::kConfig, "eval_interval={} on synthetic data needs eval_steps >= 1 (synthetic data has no end)",
+      fail(ErrorKind::kConfig, "eval_interval={} needs eval_dataset_path (the held-out split)",
            cfg.eval_interval);
-    eval_data_ = std::make_unique<data::DataIterator>(data::data_options_from_config(cfg, /*eval=*/true));
+    if (cfg.dataset_type == "synthetic" && cfg.eval_steps < 1)
+      fail(ErrorKind::kConfig,
+           "eval_interval={} on synthetic data needs eval_steps >= 1 (synthetic data has no end)",
+           cfg.eval_interval);
+    eval_data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/true));
     log_ << "eval data: " << eval_data_->describe() << "\n";
   }
   restore_state();
   const std::filesystem::path run_dir = std::filesystem::path(cfg.base_output_directory) / cfg.run_name;
-  if (cfg.enable_tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
-  if (!cfg.metrics_file.empty()) metrics_file_ = std::make_unique<MetricsFile>(cfg.metrics_file, step_);
+  if (cfg.enable_tensorboard && writes_outputs_)
+    tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+  if (!cfg.metrics_file.empty() && writes_outputs_)
+    metrics_file_ = std::make_unique<MetricsFile>(cfg.metrics_file, step_);
   log_ << std::flush;
 }
 
@@ -194,7 +255,7 @@ void Trainer::restore_state() {
   std::optional<CheckpointInfo> info;
   std::string what;
   if (cfg_.enable_checkpointing) {
-    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_);
+    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_, mesh_);
     info = checkpointer_->restore_latest();
     what = "resumed from checkpoint";
   } else if (!cfg_.run_name.empty() && !list_checkpoints(checkpoint_root(cfg_)).empty()) {
@@ -209,14 +270,61 @@ void Trainer::restore_state() {
     info = restore_checkpoint(*plan_, cfg_.load_full_state_path, RestoreKind::kFullState);
     what = "full state loaded from";
   }
+  // Every rank must have restored the same step (they read the same folder; a rank that saw
+  // another file system would diverge silently).
+  if (mesh_->num_devices() > 1) {
+    double steps[2] = {info ? static_cast<double>(info->step) : -1.0,
+                       info ? -static_cast<double>(info->step) : 1.0};
+    mesh_->world().all_reduce_f64(steps, 2, dist::ReduceOp::kMax);
+    if (steps[0] != -steps[1])
+      fail(ErrorKind::kRuntime,
+           "the ranks restored different checkpoints (steps {} to {}): do they all see {}?", -steps[1],
+           steps[0], checkpoint_root(cfg_).string());
+  }
   if (!info) return;
   step_ = info->step;
-  if (!info->data_iterator.is_null()) data_->restore(info->data_iterator.get<data::IteratorState>());
+  restore_data_iterator(*info);
   log_ << fmt::format("{} {}: continuing with step {} ({:.2f} s)\n", what, info->path.string(), step_,
                       since(t0));
 }
 
-nlohmann::json Trainer::data_iterator_state() const { return data_->state(); }
+nlohmann::json Trainer::data_iterator_state() const {
+  return data_->state();
+}
+
+// Each data x fsdp reader resumes its own position. A checkpoint of another number of readers
+// carries over when the source is read as rows (synthetic data, packed token windows): reader r
+// of R has drawn `row` rows, i.e. global rows below row x R, which R' readers reach at row x R / R'.
+// Document streams (text, packing=false) have per-reader cursors that do not map: refused.
+void Trainer::restore_data_iterator(const CheckpointInfo& info) {
+  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  const int64_t reader = mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}).rank();
+  std::vector<data::IteratorState> saved;
+  if (info.data_iterators.is_array())
+    for (const auto& j : info.data_iterators) saved.push_back(j.get<data::IteratorState>());
+  else if (!info.data_iterator.is_null())
+    saved.push_back(info.data_iterator.get<data::IteratorState>());
+  if (saved.empty()) return;
+  if (static_cast<int64_t>(saved.size()) == readers) {
+    data_->restore(saved[static_cast<size_t>(reader)]);
+    return;
+  }
+  const data::IteratorState& first = saved[0];
+  for (const data::IteratorState& st : saved)
+    if (st.doc != 0 || st.offset != 0 || st.row != first.row || st.epoch != first.epoch)
+      fail(ErrorKind::kConfig,
+           "{}: saved by {} data x fsdp reader(s), restored by {}: the data position of a document stream "
+           "(dataset_type=text or packing=false) does not carry over to another number of readers",
+           info.path.string(), saved.size(), readers);
+  const uint64_t global_rows = first.row * saved.size();
+  if (global_rows % static_cast<uint64_t>(readers) != 0)
+    fail(ErrorKind::kConfig, "{}: {} rows were read, which {} readers cannot split evenly",
+         info.path.string(), global_rows, readers);
+  data::IteratorState st = data_->state();  // this reader's signature
+  st.epoch = first.epoch;
+  st.row = global_rows / static_cast<uint64_t>(readers);
+  data_->restore(st);
+}
 
 Trainer::~Trainer() = default;
 
@@ -237,17 +345,31 @@ void Trainer::evaluate() {
   double loss_sum = 0;
   int64_t counted = 0, batches = 0;
   data::BatchInfo info;
-  while ((cfg_.eval_steps < 0 || batches < cfg_.eval_steps) && eval_data_->next(batch, &info)) {
+  // Every rank runs the same number of batches (the collectives of a sharded forward pass need
+  // them all): a pass ends when any rank's share of the eval split does.
+  for (;;) {
+    double more =
+        (cfg_.eval_steps < 0 || batches < cfg_.eval_steps) && eval_data_->next(batch, &info) ? 1 : 0;
+    if (mesh_->num_devices() > 1) mesh_->world().all_reduce_f64(&more, 1, dist::ReduceOp::kMax);
+    if (more == 0) break;
+    if (info.rows == 0) std::fill(batch.targets.begin(), batch.targets.end(), -1);  // this rank ran out
     int64_t c = 0;
     loss_sum += exec_->forward_only(&c);
     counted += c;
+    info = {};
     ++batches;
   }
+  double sums[2] = {loss_sum, static_cast<double>(counted)};
+  sum_over_batch(sums, 2);
+  loss_sum = sums[0];
+  counted = static_cast<int64_t>(sums[1]);
   const double loss = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
-  log_ << fmt::format("eval after step {}: avg_loss {:.4f}, perplexity {:.2f}, {} batches, {} tokens, {:.2f} s\n",
-                      step_ - 1, loss, std::exp(loss), batches, counted, since(t0))
+  log_ << fmt::format(
+              "eval after step {}: avg_loss {:.4f}, perplexity {:.2f}, {} batches, {} tokens, {:.2f} s\n",
+              step_ - 1, loss, std::exp(loss), batches, counted, since(t0))
        << std::flush;
-  const std::array<Scalar, 2> scalars = {{{"eval/avg_loss", loss}, {"eval/total_weights", static_cast<double>(counted)}}};
+  const std::array<Scalar, 2> scalars = {
+      {{"eval/avg_loss", loss}, {"eval/total_weights", static_cast<double>(counted)}}};
   if (tensorboard_) tensorboard_->write(step_ - 1, scalars);
   if (metrics_file_) metrics_file_->write(step_ - 1, scalars);
 }
@@ -266,28 +388,39 @@ StepMetrics Trainer::step() {
     data::BatchInfo info;
     TESSERA_CHECK(data_->next(batch, &info), ErrorKind::kInternal, "the training data iterator ran out");
     counted += info.targets;
-    loss_sum += exec_->forward_backward();
+    loss_sum += exec_->forward_backward(/*last_micro_step=*/m == micro_steps - 1);
   }
+  // The global batch's loss and token count: summed over the ranks that read different rows.
+  double sums[2] = {loss_sum, static_cast<double>(counted)};
+  sum_over_batch(sums, 2);
+  loss_sum = sums[0];
+  counted = static_cast<int64_t>(sums[1]);
   TESSERA_CHECK(counted > 0, ErrorKind::kRuntime, "step {}: the batch has no target tokens", step_);
   StepMetrics r;
   r.step = step_;
   r.loss = loss_sum / static_cast<double>(counted);
   if ((std::isnan(r.loss) && cfg_.abort_on_nan_loss) || (std::isinf(r.loss) && cfg_.abort_on_inf_loss))
-    fail(ErrorKind::kRuntime, "the loss is {} at step {}: stopping (abort_on_nan_loss / abort_on_inf_loss)", r.loss,
-         step_);
+    fail(ErrorKind::kRuntime, "the loss is {} at step {}: stopping (abort_on_nan_loss / abort_on_inf_loss)",
+         r.loss, step_);
   graph::OptimizerStep os;
   r.learning_rate = schedule_.at(step_);
-  os.adamw = {.lr = r.learning_rate, .b1 = cfg_.adam_b1, .b2 = cfg_.adam_b2, .eps = cfg_.adam_eps,
-              .weight_decay = cfg_.adam_weight_decay, .step = step_ + 1};
+  os.adamw = {.lr = r.learning_rate,
+              .b1 = cfg_.adam_b1,
+              .b2 = cfg_.adam_b2,
+              .eps = cfg_.adam_eps,
+              .weight_decay = cfg_.adam_weight_decay,
+              .step = step_ + 1};
   os.sgd_lr = r.learning_rate;
   os.clip_threshold = cfg_.gradient_clipping_threshold;
   os.grad_divisor = static_cast<double>(counted);
   r.grad_norm = exec_->apply_optimizer(os).grad_norm;
   r.seconds = since(t0);
   r.total_weights = counted;
-  const double flops = spec_.training_flops_per_step() * static_cast<double>(micro_steps);
+  // Per device: this rank's rows, and its 1 / tp share of the model under tensor parallelism.
+  const double flops =
+      spec_.training_flops_per_step() * static_cast<double>(micro_steps) / static_cast<double>(spec_.tp_size);
   r.tflops_per_device = flops / r.seconds / 1e12;
-  r.tokens_per_device = static_cast<double>(counted) / r.seconds;
+  r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
   r.mfu = flops / r.seconds / peak_flops_;
   ++step_;
   return r;
@@ -303,9 +436,11 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
       {"learning/current_learning_rate", m.learning_rate},
       {"learning/total_weights", static_cast<double>(m.total_weights)},
       {"perf/step_time_seconds", m.seconds},
-      {"perf/per_device_tflops", spec_.training_flops_per_step() * micro_steps / 1e12},
+      {"perf/per_device_tflops",
+       spec_.training_flops_per_step() * micro_steps / static_cast<double>(spec_.tp_size) / 1e12},
       {"perf/per_device_tflops_per_sec", m.tflops_per_device},
-      {"perf/per_device_tokens", static_cast<double>(m.total_weights)},
+      {"perf/per_device_tokens",
+       static_cast<double>(m.total_weights) / static_cast<double>(mesh_->num_devices())},
       {"perf/per_device_tokens_per_sec", m.tokens_per_device},
       {"perf/mfu", m.mfu},
       {"learning/param_norm", m.param_norm.value_or(0.0)},
@@ -321,18 +456,53 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
   }
 }
 
+void Trainer::sum_over_batch(double* values, size_t n) {
+  mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}).all_reduce_f64(values, n);
+}
+
+// The strongest signal any rank received (every rank must stop after the same step).
+int Trainer::agree_on_signal(int sig) {
+  if (mesh_->num_devices() == 1) return sig;
+  double s = sig;
+  mesh_->world().all_reduce_f64(&s, 1, dist::ReduceOp::kMax);
+  return static_cast<int>(s);
+}
+
+// Measured bytes of the first step against the figures the layouts predict (param_sync.h).
+std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t) const {
+  const dist::TrafficCounters e = graph::expected_traffic(*plan_, cfg_.gradient_accumulation_steps);
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  return fmt::format(
+      "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "
+      "all-reduce {:.2f} MiB, broadcast {:.2f} MiB; expected from the layouts: all-gather {:.2f} MiB (less "
+      "the layers still gathered when the backward pass or the next micro-step starts), reduce-scatter "
+      "{:.2f} "
+      "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars)\n",
+      step, mib(t.all_gather), mib(t.reduce_scatter), mib(t.all_reduce), mib(t.broadcast), mib(e.all_gather),
+      mib(e.reduce_scatter), mib(e.all_reduce));
+}
+
 RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
   StopSignals signals;
   if (step_ >= cfg_.steps)
     log_ << fmt::format("nothing to train: the run is at step {} and steps={}\n", step_, cfg_.steps)
          << std::flush;
+  const int64_t step_at_start = step_;
   while (step_ < cfg_.steps) {
+    if (step_ == step_at_start) traffic_at_start_ = mesh_->traffic();
     StepMetrics m = step();
     const bool last = step_ == cfg_.steps;
     const bool log_step = m.step % cfg_.log_period == 0 || last;
-    const int sig = signals.received();
+    const int sig = agree_on_signal(signals.received());
+    if (m.step == step_at_start && mesh_->num_devices() > 1) {
+      const dist::TrafficCounters now = mesh_->traffic();
+      log_ << traffic_report(m.step, {.all_reduce = now.all_reduce - traffic_at_start_.all_reduce,
+                                      .all_gather = now.all_gather - traffic_at_start_.all_gather,
+                                      .reduce_scatter = now.reduce_scatter - traffic_at_start_.reduce_scatter,
+                                      .broadcast = now.broadcast - traffic_at_start_.broadcast});
+    }
     if (log_step) {
-      m.param_norm = ops::global_norm(param_views_);
+      m.param_norm = exec_->param_norm();
       log_ << fmt::format(
                   "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.1f}, "
                   "total_weights: {}, loss: {:.4f}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%\n",

@@ -13,6 +13,14 @@
 // Outputs beside the log line: checkpoints every checkpoint_period steps, at the end and on
 // SIGTERM/SIGINT (checkpoint.h); TensorBoard scalars every step (tensorboard.h); metrics_file JSON
 // lines (metrics_writer.h). Both metric writers are flushed every log_period steps.
+//
+// Across processes (docs/distributed.md): the trainer runs on every rank of the mesh it is given.
+// Each rank of the data x fsdp group reads its own rows (the data iterator's shard), ranks along
+// `tensor` read the same rows; the global batch is per_device_batch_size x devices (x
+// gradient_accumulation_steps), as in MaxText. The loss and token counts are summed over the
+// group, so every rank logs the global loss; only world rank 0 writes the log, TensorBoard and
+// metrics_file (cli/ gives the other ranks a silent stream). A stop signal seen by any rank stops
+// every rank after the same step.
 #pragma once
 
 #include <functional>
@@ -23,6 +31,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/data/iterator.h"
+#include "tessera/dist/mesh.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/llama.h"
 #include "tessera/train/checkpoint.h"
@@ -42,7 +51,7 @@ struct StepMetrics {
   double mfu = 0;
   double grad_norm = 0;
   double learning_rate = 0;
-  int64_t total_weights = 0;  // tokens counted in the loss
+  int64_t total_weights = 0;         // tokens counted in the loss
   std::optional<double> param_norm;  // global L2 norm of the parameters: on log steps only (run())
 };
 
@@ -55,7 +64,8 @@ models::ModelSpec model_spec_from_config(const Config& cfg);
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, std::ostream& log);
+  // `mesh` (not owned) is the job's; nullptr makes a one-device mesh (cfg must ask for one device).
+  Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh = nullptr);
   ~Trainer();
 
   // Runs from the current step to cfg.steps; calls `on_step` after each step when set. SIGTERM or
@@ -66,6 +76,7 @@ class Trainer {
   StepMetrics step();
 
   graph::Plan& plan() { return *plan_; }
+  dist::Mesh& mesh() { return *mesh_; }
   graph::Executor& executor() { return *exec_; }
   const models::ModelSpec& spec() const { return spec_; }
   const models::DecoderInputs& inputs() const { return inputs_; }
@@ -76,11 +87,21 @@ class Trainer {
   data::Batch input_batch();
   void evaluate();
   void restore_state();
+  void restore_data_iterator(const CheckpointInfo& info);
   void write_metrics(const StepMetrics& m, bool flush);
   nlohmann::json data_iterator_state() const;
 
+  // The sum over the data x fsdp group (one rank: unchanged).
+  void sum_over_batch(double* values, size_t n);
+  int agree_on_signal(int sig);
+  std::string traffic_report(int64_t step, const dist::TrafficCounters& t) const;
+
   Config cfg_;
   std::ostream& log_;
+  std::unique_ptr<dist::Mesh> own_mesh_;
+  dist::Mesh* mesh_ = nullptr;
+  bool writes_outputs_ = true;  // world rank 0
+  dist::TrafficCounters traffic_at_start_;
   models::ModelSpec spec_;
   models::DecoderInputs inputs_;
   std::unique_ptr<graph::Plan> plan_;
@@ -90,7 +111,6 @@ class Trainer {
   double peak_flops_ = 0;
   int64_t step_ = 0;
   double startup_seconds_ = 0;
-  std::vector<Tensor> param_views_;  // every f32 master, for the parameter norm
   std::unique_ptr<data::DataIterator> data_;
   std::unique_ptr<data::DataIterator> eval_data_;  // when eval_interval > 0
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -1,0 +1,125 @@
+// Distributed training throughput and collectives: run under mpirun (or alone for the one-process
+// reference). Builds the Trainer on the job's mesh from a config (default: the llama-125m preset,
+// 4 sequences of 256 tokens per step over all ranks), runs warm-up steps, then measures steps
+// twice: with the collectives overlapping compute (the normal mode) and with every collective
+// waited for as soon as it starts (no prefetch). The time a rank spends blocked in collectives in
+// the second mode is all their time; in the first, what compute did not hide; their ratio is the
+// share hidden. Rank 0 prints one JSON line: mean step seconds and global tokens/s (normal
+// mode), blocked seconds per step in both modes, the hidden share, and bytes per step per kind of
+// collective, measured and expected from the layouts (graph::expected_traffic).
+//
+//   mpirun -np 2 ... build/dist_bench [--warmup 1] [--steps 3] [key=value ...]
+//   build/dist_bench num_threads=2                                  (the one-process reference)
+// bench/dist_bench.sh runs the comparisons of RESULTS.md.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tessera/config/config.h"
+#include "tessera/core/error.h"
+#include "tessera/dist/mesh.h"
+#include "tessera/dist/mpi_communicator.h"
+#include "tessera/train/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Phase {
+  double step_seconds = 0, blocked_seconds = 0;
+  tessera::dist::TrafficCounters bytes;
+};
+
+// Mean over `steps` steps; traffic and blocked time per step.
+Phase measure(tessera::train::Trainer& t, int steps) {
+  auto* sync = t.executor().param_sync();
+  if (sync) sync->reset_exposed();
+  const tessera::dist::TrafficCounters before = t.mesh().traffic();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) t.step();
+  Phase p;
+  p.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  p.blocked_seconds = sync ? sync->exposed_seconds() / steps : 0;
+  const tessera::dist::TrafficCounters after = t.mesh().traffic();
+  p.bytes = {.all_reduce = (after.all_reduce - before.all_reduce) / steps,
+             .all_gather = (after.all_gather - before.all_gather) / steps,
+             .reduce_scatter = (after.reduce_scatter - before.reduce_scatter) / steps,
+             .broadcast = (after.broadcast - before.broadcast) / steps};
+  return p;
+}
+
+std::string bytes_json(const tessera::dist::TrafficCounters& b) {
+  return fmt::format("{{\"all_gather\": {}, \"reduce_scatter\": {}, \"all_reduce\": {}}}", b.all_gather,
+                     b.reduce_scatter, b.all_reduce);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int warmup = 1, steps = 3;
+  std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--warmup" && i + 1 < argc)
+      warmup = std::stoi(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::stoi(argv[++i]);
+    else if (a.find('=') == std::string::npos)
+      config = a;
+    else
+      overrides.push_back(a);
+  }
+  std::unique_ptr<tessera::dist::Communicator> world = tessera::dist::make_world_communicator();
+  const int ranks = world->size();
+  for (std::string d : {"model_name=llama-125m", "max_target_length=256", "run_name=dist_bench",
+                        "enable_checkpointing=false", "enable_tensorboard=false", "device_peak_tflops=1"}) {
+    std::string key = d.substr(0, d.find('=') + 1);
+    if (std::none_of(overrides.begin(), overrides.end(),
+                     [&](const std::string& o) { return o.starts_with(key); }))
+      overrides.push_back(d);
+  }
+  if (std::none_of(overrides.begin(), overrides.end(),
+                   [](const std::string& o) { return o.starts_with("per_device_batch_size="); }))
+    overrides.push_back(fmt::format("per_device_batch_size={}", 4 / ranks));
+  overrides.push_back(fmt::format("steps={}", warmup + 2 * steps));
+  try {
+    const tessera::DeviceCount devices = tessera::dist::count_devices(*world);
+    tessera::Config cfg = tessera::load_config(config, overrides, devices);
+    const bool first = world->rank() == 0;
+    std::ostream silent(nullptr);
+    auto mesh = tessera::dist::make_mesh(cfg, std::move(world));
+    tessera::train::Trainer t(cfg, first ? std::cerr : silent, mesh.get());
+    for (int i = 0; i < warmup; ++i) t.step();
+    const Phase overlapped = measure(t, steps);
+    if (auto* sync = t.executor().param_sync()) sync->set_overlap(false);
+    const Phase serial = measure(t, steps);
+    const double tokens = static_cast<double>(cfg.global_batch_size_to_train_on * cfg.max_target_length);
+    const tessera::dist::TrafficCounters expected =
+        tessera::graph::expected_traffic(t.plan(), cfg.gradient_accumulation_steps);
+    const double hidden =
+        serial.blocked_seconds > 0 ? 1 - overlapped.blocked_seconds / serial.blocked_seconds : 0;
+    if (first)
+      std::cout << fmt::format(
+                       "{{\"ranks\": {}, \"threads\": {}, \"mesh\": \"data {} fsdp {}\", \"zero1\": {}, "
+                       "\"dtype\": \"{}\", \"step_seconds\": {:.4f}, \"tokens_per_second\": {:.1f}, "
+                       "\"blocked_seconds\": {:.4f}, \"serial_step_seconds\": {:.4f}, "
+                       "\"serial_blocked_seconds\": {:.4f}, \"hidden_share\": {:.3f}, \"bytes\": {}, "
+                       "\"expected_bytes\": {}}}",
+                       ranks, cfg.num_threads, mesh->size(tessera::MeshAxis::kData),
+                       mesh->size(tessera::MeshAxis::kFsdp), cfg.shard_optimizer_over_data, cfg.dtype,
+                       overlapped.step_seconds, tokens / overlapped.step_seconds, overlapped.blocked_seconds,
+                       serial.step_seconds, serial.blocked_seconds, hidden, bytes_json(overlapped.bytes),
+                       bytes_json(expected))
+                << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "dist_bench: " << e.what() << "\n";
+    tessera::dist::abort_job(1);
+    return 1;
+  }
+  return 0;
+}

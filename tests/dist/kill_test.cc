@@ -1,0 +1,149 @@
+// A rank killed mid-run ends the whole job quickly, and the same command resumes it: `mpirun -np 2
+// tessera train` (FSDP, checkpoints every 4 steps) has one rank SIGKILLed after its first
+// checkpoint; mpirun must exit non-zero within 30 seconds (no rank may hang in a collective), and
+// running the command again resumes from the last complete checkpoint and logs the same losses,
+// bit for bit, as a run that was never interrupted (same mesh, same thread count: the same
+// arithmetic in the same order).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "dist_test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string train_command(const fs::path& out, const std::string& run) {
+  const std::vector<std::string> args = {"model_name=llama-test",
+                                         "run_name=" + run,
+                                         "base_output_directory=" + out.string(),
+                                         "metrics_file=" + (out / (run + ".jsonl")).string(),
+                                         "max_target_length=64",
+                                         "per_device_batch_size=4",
+                                         "steps=60",
+                                         "learning_rate_schedule_steps=60",
+                                         "log_period=1",
+                                         "checkpoint_period=4",
+                                         "num_threads=1",
+                                         "device_peak_tflops=1",
+                                         "enable_tensorboard=false"};
+  std::string s = testing::mpirun(2) + " " + testing::shell_quote(testing::tessera_binary().string()) +
+                  " train " + testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml");
+  for (const std::string& a : args) s += " " + testing::shell_quote(a);
+  return s;
+}
+
+// /bin/sh -c "exec CMD" with stdout and stderr on a non-blocking pipe: the child is mpirun itself.
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+  std::string text;
+  bool read_some() {  // false at end of output
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = read(out, buf, sizeof buf);
+      if (n > 0) {
+        text.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      return !(n == 0);
+    }
+  }
+};
+
+Child spawn(const std::string& cmd) {
+  const std::string full = "exec " + cmd;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return {pid, fds[0], ""};
+}
+
+// The processes whose parent is `parent` and whose name is `name` (from /proc/<pid>/stat).
+std::vector<pid_t> children_named(pid_t parent, const std::string& name) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && line.substr(open + 1, close - open - 1) == name) out.push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+TEST(KillOneRank, JobEndsQuicklyAndTheSameCommandResumes) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (Debian: openmpi-bin)";
+  testing::TempDir dir("dist-kill");
+  const testing::CommandResult straight = testing::run_command(train_command(dir.path, "straight"), 120);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+
+  const std::string cmd = train_command(dir.path, "killed");
+  Child c = spawn(cmd);
+  ASSERT_GT(c.pid, 0);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (c.text.find("checkpoint 4: saved") == std::string::npos && Clock::now() < deadline) {
+    if (!c.read_some()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_NE(c.text.find("checkpoint 4: saved"), std::string::npos) << c.text;
+  const std::vector<pid_t> ranks = children_named(c.pid, "tessera");
+  ASSERT_EQ(ranks.size(), 2u) << "mpirun's children";
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  const auto killed_at = Clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(c.pid, &status, WNOHANG)) == 0 &&
+         Clock::now() - killed_at < std::chrono::seconds(30)) {
+    c.read_some();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  if (done == 0) {  // a hang: end it (this test's own child) before failing
+    kill(c.pid, SIGKILL);
+    waitpid(c.pid, &status, 0);
+  }
+  c.read_some();
+  close(c.out);
+  ASSERT_EQ(done, c.pid) << "mpirun still running 30 s after a rank was killed:\n" << c.text;
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << c.text;
+  EXPECT_LT(seconds, 30.0);
+  std::cout << "[ kill     ] mpirun exited " << seconds << " s after SIGKILL of rank 1 (status " << status
+            << ")\n";
+
+  const testing::CommandResult resumed = testing::run_command(cmd, 120);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
+  const auto a = testing::read_metrics(dir.path / "straight.jsonl");
+  const auto b = testing::read_metrics(dir.path / "killed.jsonl");
+  ASSERT_EQ(a.size(), 60u);
+  ASSERT_EQ(b.size(), 60u) << resumed.output;
+  for (int64_t s = 0; s < 60; ++s) EXPECT_EQ(b.at(s).at("learning/loss"), a.at(s).at("learning/loss")) << s;
+}
+
+}  // namespace
+}  // namespace tessera
