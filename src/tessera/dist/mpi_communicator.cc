@@ -10,6 +10,11 @@
 //
 // Groups of one rank (a mesh axis of size 1 split out of a larger world) short-circuit like the
 // single-process communicator: no MPI call, no traffic counted.
+//
+// The only calls whose status is not turned into an Error are those with nobody to report to:
+// MPI_Finalize at exit, MPI_Wait and MPI_Comm_free in destructors (a destructor must not throw;
+// the wait's error reaches the caller through wait()), MPI_Abort (it does not return), and the
+// MPI_Initialized / MPI_Finalized queries of mpi_active(), which MPI allows at any time.
 #include "tessera/dist/mpi_communicator.h"
 
 // The C API only: OpenMPI's and MPICH's mpi.h pull in the deprecated C++ bindings (which need
