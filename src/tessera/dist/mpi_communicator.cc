@@ -27,6 +27,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "tessera/core/error.h"
 
@@ -84,8 +85,10 @@ class MpiRequest final : public Communicator::Request {
   MpiRequest(MPI_Request r, const char* call) : req_(r), call_(call) {}
   ~MpiRequest() override {
     // A request must complete before its buffers go away; errors are the caller's to see in
-    // wait(), so a destructor that runs while another error unwinds the stack stays quiet.
-    if (req_ != MPI_REQUEST_NULL && mpi_active()) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    // wait(). While an exception unwinds the stack the peers may never join this collective, so
+    // the request is left to MPI_Abort (cli/) rather than waited for.
+    if (req_ != MPI_REQUEST_NULL && mpi_active() && std::uncaught_exceptions() == 0)
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
