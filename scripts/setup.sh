@@ -20,6 +20,7 @@ packages=(
   libpcre2-dev           # byte-level BPE pre-tokeniser
   libsentencepiece-dev sentencepiece
   libopenmpi-dev openmpi-bin
+  iproute2 util-linux    # the two-host test: ip netns, veth links, unshare (tests/dist)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader, the openai client)
 )

@@ -49,7 +49,9 @@ std::vector<std::string> common_overrides(const fs::path& out, const std::string
           "device_peak_tflops=1",
           "enable_tensorboard=false",
           "async_checkpointing=false",
-          "checkpoint_period=100"};
+          "checkpoint_period=100",
+          "eval_interval=3",  // after the last step: forward passes of the sharded plans
+          "eval_steps=2"};
 }
 
 std::string join_args(const std::vector<std::string>& args) {
@@ -131,6 +133,8 @@ class ParallelTraining : public ::testing::Test {
       const double ga = one.at(s).at("learning/grad_norm"), gb = many.at(s).at("learning/grad_norm");
       EXPECT_NEAR(gb, ga, ref.loss_rtol * ga) << "step " << s;
     }
+    const double ea = one.at(kSteps - 1).at("eval/avg_loss"), eb = many.at(kSteps - 1).at("eval/avg_loss");
+    EXPECT_NEAR(eb, ea, ref.loss_rtol * ea);
     const auto pa = load_params(dir_->path / ref.run / "checkpoints" / std::to_string(kSteps));
     const auto pb = load_params(dir_->path / run / "checkpoints" / std::to_string(kSteps));
     int64_t total = 0, loose = 0;
@@ -199,6 +203,39 @@ TEST_F(ParallelTraining, FsdpInBfloat16) {
   // in a loss is far below 1%).
   expect_same_as_one_process(2, "fsdp2_bf16", {},
                              {.run = "one_bf16", .extra = {"dtype=bfloat16"}, .loss_rtol = 1.6e-4});
+}
+
+// One run moved between meshes through its checkpoints: 2 steps as FSDP on 2 ranks, 2 more as
+// ZeRO-1 x FSDP on 4 (data 2 x fsdp 2), the last 2 on one process; every restore reshards the
+// parameters and moments, and the data position carries over between 2, 4 and 1 readers. Its
+// losses are those of one process trained straight through.
+TEST_F(ParallelTraining, CheckpointsMoveBetweenMeshes) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (Debian: openmpi-bin)";
+  const std::vector<std::string> six = {"steps=6", "learning_rate_schedule_steps=6", "checkpoint_period=2",
+                                        "eval_interval=-1"};
+  CommandResult r = train(1, dir_->path, "straight6", six);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto with = [&](std::vector<std::string> v, const std::vector<std::string>& more) {
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  r = train(2, dir_->path, "moved", with(six, {"steps=2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = train(4, dir_->path, "moved",
+            with(six, {"steps=4", "ici_fsdp_parallelism=2", "ici_data_parallelism=2",
+                       "shard_optimizer_over_data=true"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from checkpoint"), std::string::npos) << r.output;
+  r = train(1, dir_->path, "moved", six);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing with step 4"), std::string::npos) << r.output;
+  const auto a = testing::read_metrics(dir_->path / "straight6.jsonl");
+  const auto b = testing::read_metrics(dir_->path / "moved.jsonl");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (int64_t s = 0; s < 6; ++s)
+    EXPECT_NEAR(b.at(s).at("learning/loss"), a.at(s).at("learning/loss"), 1e-6 * a.at(s).at("learning/loss"))
+        << s;
 }
 
 TEST_F(ParallelTraining, MeshThatDoesNotMatchTheRanksIsAConfigError) {

@@ -5,6 +5,7 @@
 #include <fmt/ostream.h>
 
 #include <chrono>
+#include <iostream>
 
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
@@ -192,6 +193,11 @@ data::SentencePieceTrainReport train_tokenizer_from(const Config& cfg, std::ostr
 
 }  // namespace
 
+namespace {
+// The training run and the sample after it, on every rank of `mesh`.
+void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& log);
+}  // namespace
+
 int train(const ConfigArgs& args, std::ostream& out) {
   // Under mpirun or srun every rank runs this; the world comes first: the config is resolved for
   // the job's devices (ranks) and slices (hosts).
@@ -214,6 +220,22 @@ int train(const ConfigArgs& args, std::ostream& out) {
   world->barrier();  // the tokenizer exists for every rank
   std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
   train::Trainer trainer(cfg, log, mesh.get());
+  try {
+    train_and_sample(cfg, trainer, log);
+  } catch (const std::exception& e) {
+    // Abort the job here, while the trainer is alive: unwinding would destroy it, and its
+    // destructors wait for collectives in flight, which peers stuck elsewhere never finish.
+    const auto* err = dynamic_cast<const Error*>(&e);
+    if (mesh->num_devices() > 1)
+      fail_job(e.what(), err && err->kind() == ErrorKind::kConfig ? kExitUsage : kExitFailure, std::cerr);
+    throw;
+  }
+  return kExitOk;
+}
+
+namespace {
+
+void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& log) {
   train::RunResult r = trainer.run();
   // With a tokenizer to read it, the prompt's continuation shows what the model learnt. Every rank
   // runs the forward passes (their collectives need all; tensor ranks gather the logits' row).
@@ -227,8 +249,9 @@ int train(const ConfigArgs& args, std::ostream& out) {
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
     fmt::print(log, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
   }
-  return kExitOk;
 }
+
+}  // namespace
 
 int train_tokenizer(const ConfigArgs& args, std::ostream& out) {
   Config cfg = load_config(args.config_file, args.overrides);

@@ -10,6 +10,11 @@
 //
 // Groups of one rank (a mesh axis of size 1 split out of a larger world) short-circuit like the
 // single-process communicator: no MPI call, no traffic counted.
+//
+// The only calls whose status is not turned into an Error are those with nobody to report to:
+// MPI_Finalize at exit, MPI_Wait and MPI_Comm_free in destructors (a destructor must not throw;
+// the wait's error reaches the caller through wait()), MPI_Abort (it does not return), and the
+// MPI_Initialized / MPI_Finalized queries of mpi_active(), which MPI allows at any time.
 #include "tessera/dist/mpi_communicator.h"
 
 // The C API only: OpenMPI's and MPICH's mpi.h pull in the deprecated C++ bindings (which need
@@ -22,6 +27,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "tessera/core/error.h"
 
@@ -79,8 +85,10 @@ class MpiRequest final : public Communicator::Request {
   MpiRequest(MPI_Request r, const char* call) : req_(r), call_(call) {}
   ~MpiRequest() override {
     // A request must complete before its buffers go away; errors are the caller's to see in
-    // wait(), so a destructor that runs while another error unwinds the stack stays quiet.
-    if (req_ != MPI_REQUEST_NULL && mpi_active()) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    // wait(). While an exception unwinds the stack the peers may never join this collective, so
+    // the request is left to MPI_Abort (cli/) rather than waited for.
+    if (req_ != MPI_REQUEST_NULL && mpi_active() && std::uncaught_exceptions() == 0)
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;

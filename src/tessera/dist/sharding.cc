@@ -20,8 +20,9 @@ int axis_index(std::string_view name) {
 
 }  // namespace
 
-std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>& logical_axes, const Shape& shape,
-                                                 const std::vector<AxisRule>& rules, const MeshSizes& sizes) {
+std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>& logical_axes,
+                                                 const Shape& shape, const std::vector<AxisRule>& rules,
+                                                 const MeshSizes& sizes) {
   TESSERA_ASSERT(static_cast<int>(logical_axes.size()) == shape.rank());
   std::vector<std::vector<MeshAxis>> out(logical_axes.size());
   std::vector<bool> assigned(logical_axes.size(), false);
@@ -36,7 +37,8 @@ std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>&
     bool free = true;
     for (const std::string& m : r.mesh_axes) {
       const int a = axis_index(m);
-      if (a < 0) fail(ErrorKind::kConfig, "logical_axis_rules: '{}' (for {}) is not a mesh axis", m, r.logical);
+      if (a < 0)
+        fail(ErrorKind::kConfig, "logical_axis_rules: '{}' (for {}) is not a mesh axis", m, r.logical);
       free = free && !used[a] && std::find(axes.begin(), axes.end(), static_cast<MeshAxis>(a)) == axes.end();
       axes.push_back(static_cast<MeshAxis>(a));
       product *= sizes[a];

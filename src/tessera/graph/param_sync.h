@@ -70,9 +70,11 @@ class ParamSync {
   // prefetched: the time spent waiting is then all the collectives' time (bench/dist_bench.cc
   // compares it with the waiting left when they overlap compute).
   void set_overlap(bool on) { overlap_ = on; }
-  // Seconds this rank spent blocked in collectives (waits and blocking calls) since the last reset.
+  // Seconds this rank spent blocked in collectives (waits and blocking calls), and inside the
+  // progress calls between nodes (where MPI copies and reduces on this thread), since the last reset.
   double exposed_seconds() const { return exposed_seconds_; }
-  void reset_exposed() { exposed_seconds_ = 0; }
+  double progress_seconds() const { return progress_seconds_; }
+  void reset_exposed() { exposed_seconds_ = progress_seconds_ = 0; }
 
  private:
   struct Schedule;
@@ -107,7 +109,7 @@ class ParamSync {
   void wait_all(std::vector<std::unique_ptr<dist::Communicator::Request>>& reqs);
 
   bool overlap_ = true;
-  double exposed_seconds_ = 0;
+  double exposed_seconds_ = 0, progress_seconds_ = 0;
   bool outer_fresh_ = false;  // outer gathers started since the last update
   std::vector<std::vector<std::unique_ptr<dist::Communicator::Request>>> outer_reqs_;  // per layout
   std::vector<std::unique_ptr<dist::Communicator::Request>> pending_;                  // step-1 reductions

@@ -336,7 +336,7 @@ std::string Plan::summary() const {
       "inputs {}, {}activations {} (lower bound {}), total {}",
       sharding_.world() > 1 ? " per rank" : "", gib(m.params), gib(m.param_copies), gib(m.grads),
       gib(m.optimizer), gib(m.inputs),
-      m.gathered > 0 ? fmt::format("gathered and staging {}, ", gib(m.gathered)) : std::string(),
+      m.gathered > 0 ? fmt::format("collective buffers {}, ", gib(m.gathered)) : std::string(),
       gib(m.activations), gib(m.activations_lower_bound), gib(m.total()));
   return s;
 }

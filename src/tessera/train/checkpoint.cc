@@ -559,55 +559,63 @@ nlohmann::json Checkpointer::manifest_base(int64_t step, const nlohmann::json& d
   return m;
 }
 
+namespace {
+std::vector<PieceTensor> named(const std::vector<Checkpointer::StateTensor>& list, bool snapshot) {
+  std::vector<PieceTensor> out;
+  for (const auto& st : list) out.push_back({{st.name, snapshot ? st.snapshot : st.live}, st.piece});
+  return out;
+}
+}  // namespace
+
+// N ranks: every reader's data iterator state (by reader index: its rank in the data x fsdp
+// group) joins the manifest, and rank 0 makes <step>.tmp for all.
+void Checkpointer::prepare_sharded(int64_t step, const nlohmann::json& data_iterator,
+                                   nlohmann::json& manifest) {
+  const std::vector<std::string> states =
+      dist::all_gather_strings(mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}), data_iterator.dump());
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& st : states) all.push_back(nlohmann::json::parse(st));
+  manifest["data_iterators"] = all;
+  manifest["shards"] = world_size();
+  if (mesh_->world().rank() == 0) make_tmp_dir(root_, step);
+  mesh_->world().barrier();  // the folder exists for every rank
+}
+
+void Checkpointer::save_now(int64_t step, nlohmann::json manifest) {
+  const auto t1 = Clock::now();
+  Pending p;
+  p.step = step;
+  p.bytes = state_bytes_;
+  if (world_size() == 1) {
+    p.removed = write_checkpoint(root_, step, named(params_, false), named(opt_state_, false),
+                                 std::move(manifest), cfg_.max_num_checkpoints_to_keep);
+  } else {
+    p.manifest = std::move(manifest);
+    try {
+      p.files = write_shards(step, named(params_, false), named(opt_state_, false));
+    } catch (const std::exception&) {
+      p.error = std::current_exception();
+    }
+    finish_sharded(p);
+  }
+  log_ << fmt::format(
+      "checkpoint {}: saved to {} in {:.3f} s ({:.1f} MiB{}, synchronous: the step loop waited)\n", step,
+      (root_ / std::to_string(step)).string(), since(t1), mib(state_bytes_),
+      world_size() > 1 ? " on this rank" : "");
+  if (!p.removed.empty())
+    log_ << fmt::format("checkpoints: deleted {} (max_num_checkpoints_to_keep={})\n",
+                        fmt::join(p.removed, ", "), cfg_.max_num_checkpoints_to_keep);
+  log_ << std::flush;
+}
+
 void Checkpointer::save(int64_t step, const nlohmann::json& data_iterator, bool async) {
   const auto t0 = Clock::now();
   join_and_report();  // one save in flight at a time
   const double waited = since(t0);
   nlohmann::json manifest = manifest_base(step, data_iterator);
-  auto named = [](const std::vector<StateTensor>& list, bool snapshot) {
-    std::vector<PieceTensor> out;
-    for (const StateTensor& st : list) out.push_back({{st.name, snapshot ? st.snapshot : st.live}, st.piece});
-    return out;
-  };
-  const fs::path dir = root_ / std::to_string(step);
   const int n = world_size();
-  if (n > 1) {
-    // Every reader's data iterator state, by reader index (its rank in the data x fsdp group).
-    const std::vector<std::string> states =
-        dist::all_gather_strings(mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}), data_iterator.dump());
-    nlohmann::json all = nlohmann::json::array();
-    for (const std::string& st : states) all.push_back(nlohmann::json::parse(st));
-    manifest["data_iterators"] = all;
-    manifest["shards"] = n;
-    if (mesh_->world().rank() == 0) make_tmp_dir(root_, step);
-    mesh_->world().barrier();  // the folder exists for every rank
-  }
-  if (!async) {
-    const auto t1 = Clock::now();
-    Pending p;
-    p.step = step;
-    p.bytes = state_bytes_;
-    if (n == 1) {
-      p.removed = write_checkpoint(root_, step, named(params_, false), named(opt_state_, false),
-                                   std::move(manifest), cfg_.max_num_checkpoints_to_keep);
-    } else {
-      p.manifest = std::move(manifest);
-      try {
-        p.files = write_shards(step, named(params_, false), named(opt_state_, false));
-      } catch (const std::exception&) {
-        p.error = std::current_exception();
-      }
-      finish_sharded(p);
-    }
-    log_ << fmt::format(
-        "checkpoint {}: saved to {} in {:.3f} s ({:.1f} MiB{}, synchronous: the step loop waited)\n", step,
-        dir.string(), since(t1), mib(state_bytes_), n > 1 ? " on this rank" : "");
-    if (!p.removed.empty())
-      log_ << fmt::format("checkpoints: deleted {} (max_num_checkpoints_to_keep={})\n",
-                          fmt::join(p.removed, ", "), cfg_.max_num_checkpoints_to_keep);
-    log_ << std::flush;
-    return;
-  }
+  if (n > 1) prepare_sharded(step, data_iterator, manifest);
+  if (!async) return save_now(step, std::move(manifest));
   TESSERA_ASSERT(snapshot_.base() != nullptr || chunks_.empty());
   const auto t1 = Clock::now();
   const int64_t nchunks = static_cast<int64_t>(chunks_.size());

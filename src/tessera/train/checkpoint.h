@@ -118,18 +118,21 @@ class Checkpointer {
   // while a background thread writes; else writes before returning. Throws the error of a failed
   // earlier background save.
   void save(int64_t step, const nlohmann::json& data_iterator, bool async);
-  // Logs a background save that has finished and rethrows its error; never blocks.
+  // Logs a background save that has finished and rethrows its error; never waits for the write
+  // (with N ranks: an all-reduce of one flag, then the manifest once every rank's files are done).
   void poll();
   // Waits for the save in flight (if any), logs it and rethrows its error.
   void wait();
 
- private:
+  // One tensor this rank saves: its stored piece and where the async snapshot keeps a copy.
   struct StateTensor {
     std::string name;
     Tensor live;        // the plan's stored piece
     Tensor snapshot;    // its place in the snapshot buffer (async only)
     dist::Piece piece;  // which part of the whole tensor it is
   };
+
+ private:
   struct FileInfo {
     std::string name;
     uint64_t bytes = 0;
@@ -158,6 +161,8 @@ class Checkpointer {
   // <step>.tmp and deletes old checkpoints; every rank throws if any rank failed.
   void finish_sharded(Pending& p);
   void report(const Pending& p) const;
+  void prepare_sharded(int64_t step, const nlohmann::json& data_iterator, nlohmann::json& manifest);
+  void save_now(int64_t step, nlohmann::json manifest);
   std::vector<FileInfo> write_shards(int64_t step, const std::vector<PieceTensor>& params,
                                      const std::vector<PieceTensor>& opt) const;
 

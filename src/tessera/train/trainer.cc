@@ -154,28 +154,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   reject_unbuilt_parallelism(*mesh_);
   writes_outputs_ = mesh_->world().rank() == 0;
   set_num_threads(static_cast<int>(cfg.num_threads));
-  spec_ = model_spec_from_config(cfg);
-  models::set_tensor_parallel(spec_, cfg, mesh_->coord(MeshAxis::kTensor));
-  // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
-  // data x fsdp ranks (tensor ranks share their rows).
-  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
-  if (cfg.micro_batch_size_to_train_on % readers != 0)
-    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
-         cfg.micro_batch_size_to_train_on, readers);
-  spec_.batch = cfg.micro_batch_size_to_train_on / readers;
-
-  graph::Graph g;
-  inputs_ = models::build_llama(g, spec_);
-  graph::PlanOptions po;
-  po.remat_policy = cfg.remat_policy;
-  po.optimizer = cfg.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;
-  for (int a = 0; a < kNumMeshAxes; ++a) {
-    po.sharding.sizes[a] = mesh_->size(static_cast<MeshAxis>(a));
-    po.sharding.coords[a] = mesh_->coord(static_cast<MeshAxis>(a));
-  }
-  po.sharding.rules = cfg.logical_axis_rules;
-  po.sharding.shard_optimizer_over_data = cfg.shard_optimizer_over_data;
-  plan_ = std::make_unique<graph::Plan>(std::move(g), po);
+  build_plan();
   const double plan_seconds = since(t0);
 
   ops::RopeConfig rc{
@@ -218,27 +197,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       startup_seconds_, plan_seconds, init_seconds);
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
-  // Ranks along data x fsdp read disjoint rows; ranks along tensor read the same ones.
-  const int64_t reader =
-      mesh_->coord(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp) + mesh_->coord(MeshAxis::kFsdp);
-  auto data_options = [&](bool eval) {
-    data::DataOptions o = data::data_options_from_config(cfg, eval, readers, reader);
-    o.batch = spec_.batch;
-    return o;
-  };
-  data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/false));
-  log_ << "data: " << data_->describe() << "\n";
-  if (cfg.eval_interval > 0) {
-    if (cfg.dataset_type != "synthetic" && cfg.eval_dataset_path.empty())
-      fail(ErrorKind::kConfig, "eval_interval={} needs eval_dataset_path (the held-out split)",
-           cfg.eval_interval);
-    if (cfg.dataset_type == "synthetic" && cfg.eval_steps < 1)
-      fail(ErrorKind::kConfig,
-           "eval_interval={} on synthetic data needs eval_steps >= 1 (synthetic data has no end)",
-           cfg.eval_interval);
-    eval_data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/true));
-    log_ << "eval data: " << eval_data_->describe() << "\n";
-  }
+  open_data();
   restore_state();
   const std::filesystem::path run_dir = std::filesystem::path(cfg.base_output_directory) / cfg.run_name;
   if (cfg.enable_tensorboard && writes_outputs_)
@@ -246,6 +205,58 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   if (!cfg.metrics_file.empty() && writes_outputs_)
     metrics_file_ = std::make_unique<MetricsFile>(cfg.metrics_file, step_);
   log_ << std::flush;
+}
+
+// The model of this rank (its tensor slice, its rows of the batch) and its plan on the mesh.
+void Trainer::build_plan() {
+  spec_ = model_spec_from_config(cfg_);
+  models::set_tensor_parallel(spec_, cfg_, mesh_->coord(MeshAxis::kTensor));
+  // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
+  // data x fsdp ranks (tensor ranks share their rows).
+  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  if (cfg_.micro_batch_size_to_train_on % readers != 0)
+    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
+         cfg_.micro_batch_size_to_train_on, readers);
+  spec_.batch = cfg_.micro_batch_size_to_train_on / readers;
+
+  graph::Graph g;
+  inputs_ = models::build_llama(g, spec_);
+  graph::PlanOptions po;
+  po.remat_policy = cfg_.remat_policy;
+  po.optimizer = cfg_.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;
+  for (int a = 0; a < kNumMeshAxes; ++a) {
+    po.sharding.sizes[a] = mesh_->size(static_cast<MeshAxis>(a));
+    po.sharding.coords[a] = mesh_->coord(static_cast<MeshAxis>(a));
+  }
+  po.sharding.rules = cfg_.logical_axis_rules;
+  po.sharding.shard_optimizer_over_data = cfg_.shard_optimizer_over_data;
+  plan_ = std::make_unique<graph::Plan>(std::move(g), po);
+}
+
+// The training (and eval) iterators: ranks along data x fsdp read disjoint rows; ranks along
+// tensor read the same ones.
+void Trainer::open_data() {
+  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  const int64_t reader =
+      mesh_->coord(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp) + mesh_->coord(MeshAxis::kFsdp);
+  auto data_options = [&](bool eval) {
+    data::DataOptions o = data::data_options_from_config(cfg_, eval, readers, reader);
+    o.batch = spec_.batch;
+    return o;
+  };
+  data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/false));
+  log_ << "data: " << data_->describe() << "\n";
+  if (cfg_.eval_interval > 0) {
+    if (cfg_.dataset_type != "synthetic" && cfg_.eval_dataset_path.empty())
+      fail(ErrorKind::kConfig, "eval_interval={} needs eval_dataset_path (the held-out split)",
+           cfg_.eval_interval);
+    if (cfg_.dataset_type == "synthetic" && cfg_.eval_steps < 1)
+      fail(ErrorKind::kConfig,
+           "eval_interval={} on synthetic data needs eval_steps >= 1 (synthetic data has no end)",
+           cfg_.eval_interval);
+    eval_data_ = std::make_unique<data::DataIterator>(data_options(/*eval=*/true));
+    log_ << "eval data: " << eval_data_->describe() << "\n";
+  }
 }
 
 // MaxText's order: the run's own latest checkpoint, else load_parameters_path xor

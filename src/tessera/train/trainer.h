@@ -86,6 +86,8 @@ class Trainer {
  private:
   data::Batch input_batch();
   void evaluate();
+  void build_plan();
+  void open_data();
   void restore_state();
   void restore_data_iterator(const CheckpointInfo& info);
   void write_metrics(const StepMetrics& m, bool flush);
