@@ -10,7 +10,8 @@
 // stream can run somewhat faster than the triad (two reads and a write), and weights that fit the
 // last-level cache in part can beat the bound outright.
 //
-// Prefill is compute-bound: tokens/s, and MFU against the calibrated peak (train/peak.h) of the
+// Prefill is compute-bound: tokens/s, and MFU against the calibrated peak (train/peak.h; for bf16
+// the larger of the bf16 dot-product and f32 FMA peaks, since bf16 products may run on either) of the
 // FLOPs a prefill needs: every layer's projections for all prompt rows except the last layer's
 // output projection and MLP (only the last row's output is used), causal attention, and the last
 // row's logits. (MaxText's count, 2 x parameters x tokens + attention, also counts the logits of
@@ -303,7 +304,10 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
   // Prefill: the median of 3.
   const double tp = median_time(3, [&] { engine->prefill(0, tokens, logits); });
   row.prefill_tps = static_cast<double>(prefill_len) / tp;
-  row.prefill_mfu = prefill_flops(spec, prefill_len) / tp / peak.for_dtype(spec.dtype);
+  // The larger of the dtype's peak and the f32 FMA peak: bf16 products may run on either (gemv
+  // widens bf16 to f32 FMA, which on a CPU with a half-rate bf16 dot product is the faster).
+  const double ceiling = std::max(peak.for_dtype(spec.dtype), peak.f32_flops);
+  row.prefill_mfu = prefill_flops(spec, prefill_len) / tp / ceiling;
 
   // Batch 1.
   engine->prefill(0, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
