@@ -196,6 +196,10 @@ TEST_F(DecodeCli, ErrorsNameTheKey) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("decode_sampling_top_k"), std::string::npos) << r.err;
 
+  r = decode({"load_full_state_path=" + checkpoint(), "per_device_batch_size=1", "prompt=hello"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("load_parameters_path=" + checkpoint()), std::string::npos) << r.err;
+
   r = decode({"load_parameters_path=" + (dir_ / "nothing_here").string(), "per_device_batch_size=1",
               "prompt=hello"});
   EXPECT_EQ(r.code, 1);

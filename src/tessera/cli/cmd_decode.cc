@@ -76,6 +76,11 @@ int decode(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
   const auto t0 = Clock::now();
   Config cfg = load_config(args.config_file, args.overrides);
   set_num_threads(static_cast<int>(cfg.num_threads));
+  if (!cfg.load_full_state_path.empty())  // as MaxText's decode: inference reads parameters only
+    fail(ErrorKind::kConfig,
+         "decode reads parameters only: set load_parameters_path (a Tessera checkpoint folder holds its "
+         "parameters apart, so load_parameters_path={} works), not load_full_state_path",
+         cfg.load_full_state_path);
   if (cfg.load_parameters_path.empty())
     fail(ErrorKind::kConfig,
          "decode needs load_parameters_path=... (a checkpoint folder such as "

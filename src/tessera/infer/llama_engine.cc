@@ -24,8 +24,9 @@
 // only needed their keys and values.
 //
 // Products: ops::gemv for the rows of a step, except that a prefill takes whole chunks of 256,
-// then 64, rows through oneDNN's GEMM (ops::matmul, which is faster once M is large), and leaves
-// the remaining rows to gemv; fixed chunk sizes keep the oneDNN primitives few and made once.
+// then 64, rows through oneDNN's GEMM (ops::matmul, which is faster once M is large; in bf16 only
+// where the CPU's bf16 dot product runs at full rate, see onednn_for_bf16), and leaves the
+// remaining rows to gemv; fixed chunk sizes keep the oneDNN primitives few and made once.
 // Wq, Wk, Wv are stored one after the other, as are Wg and Wu, so a decode step reads each group
 // as one product (four parallel regions per layer); a prefill multiplies their row ranges apart.
 // The residual adds are the accumulate of the output products (x += o·Woᵀ rounds once in bf16,
@@ -53,6 +54,7 @@
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/norm.h"
 #include "tessera/ops/rope.h"
+#include "tessera/train/peak.h"
 
 namespace tessera::infer {
 
@@ -167,6 +169,22 @@ class LlamaEngine final : public Engine {
   Tensor gu_;   // [S, 2F]
 };
 
+// Whether oneDNN should take a bf16 prefill's large products. It runs them on the bf16 dot
+// product (vdpbf16ps, or AMX), gemv on f32 FMA after widening (at most about 60 % of the f32 peak
+// in practice); where the dot product runs at half the FMA rate (the Xeon of bench/RESULTS.md:
+// oneDNN's bf16 GEMM reached 87 GFLOP/s on one core, gemv 103), gemv is the faster at every M. So
+// oneDNN takes them when the CPU's calibrated bf16 peak exceeds two thirds of its f32 peak (full-
+// rate dot products, AMX), and never without AVX-512 (oneDNN has no bf16 GEMM there). Measured
+// once per process (~40 ms).
+bool onednn_for_bf16() {
+  static const bool use = [] {
+    if (!isa_supported(Isa::kAvx512)) return false;
+    const train::DevicePeak p = train::calibrate_cpu_peak(0.02);
+    return p.bf16_flops > 2.0 / 3.0 * p.f32_flops;
+  }();
+  return use;
+}
+
 ops::RopeConfig rope_config(const models::ModelSpec& s, int64_t positions) {
   ops::RopeConfig rc;
   rc.max_timescale = s.rope_theta;
@@ -191,8 +209,7 @@ LlamaEngine::LlamaEngine(const models::ModelSpec& spec, const EngineOptions& opt
       T_(options.max_target_length),
       R_(std::max<int64_t>(options.max_prefill_length, options.max_slots)),
       act_(ops::activation_from_name(spec.mlp_activation)),
-      // oneDNN has no bf16 GEMM without AVX-512; gemv takes every product there.
-      use_onednn_(spec.dtype == DType::kF32 || isa_supported(Isa::kAvx512)),
+      use_onednn_(spec.dtype == DType::kF32 || onednn_for_bf16()),
       rope_(rope_config(spec, options.max_target_length)),
       length_(static_cast<size_t>(options.max_slots), 0) {
   spec_.batch = options.max_slots;
