@@ -2,10 +2,11 @@
 // load_parameters_path, checked against the model before anything is copied.
 //
 // The checks are those of a parameters-only restore (train/checkpoint.h): a folder is verified
-// (manifest, sizes, CRC32C) before params.safetensors is read; a bare safetensors file has no
+// (manifest, sizes, CRC32C) before its parameter files are read; a bare safetensors file has no
 // manifest; either way every parameter of the model must be present, float32 and of its shape,
-// and the file must hold nothing else. The file stays mapped while the engine converts each
-// tensor into its own layout and dtype, so loading needs no copy of the checkpoint in memory.
+// and nothing else may be there. A one-file checkpoint stays mapped while the engine converts each
+// tensor into its own layout and dtype (no copy in memory); the piece files of a job of several
+// ranks are put together first (train::WholeParameters).
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -22,17 +23,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The parameter file of `path`: a verified checkpoint folder's params.safetensors, or the file.
-std::unique_ptr<SafetensorsFile> open_parameters(const std::string& path) {
-  if (fs::is_regular_file(path)) return std::make_unique<SafetensorsFile>(path);
-  if (!fs::is_directory(path))
+// The parameters of `path`: a verified checkpoint folder (one file or per-rank pieces), or the file.
+std::unique_ptr<train::WholeParameters> open_parameters(const std::string& path) {
+  if (!fs::is_regular_file(path) && !fs::is_directory(path))
     fail(ErrorKind::kIo, "load_parameters_path={}: no such checkpoint folder or parameter file", path);
-  train::verify_checkpoint(path);
-  return std::make_unique<SafetensorsFile>((fs::path(path) / train::kParamsFile).string());
+  return std::make_unique<train::WholeParameters>(path);
 }
 
 // Every parameter of the model is in `file`, float32, of its shape; nothing else is.
-void check_parameters(const SafetensorsFile& file, const std::vector<std::pair<std::string, Shape>>& want) {
+void check_parameters(const train::WholeParameters& file, const std::vector<std::pair<std::string, Shape>>& want) {
   std::set<std::string> names;
   for (const auto& [name, shape] : want) {
     names.insert(name);
@@ -75,7 +74,7 @@ std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& opti
   if (o.max_prefill_length > o.max_target_length)  // before the file is read: a config error comes first
     fail(ErrorKind::kConfig, "max_prefill_predict_length={} must be at most max_target_length={}",
          o.max_prefill_length, o.max_target_length);
-  const std::unique_ptr<SafetensorsFile> file = open_parameters(cfg.load_parameters_path);
+  const std::unique_ptr<train::WholeParameters> file = open_parameters(cfg.load_parameters_path);
   check_parameters(*file, llama_parameter_shapes(spec));
   return make_engine(spec, o, [&](const std::string& name) { return file->get(name); });
 }

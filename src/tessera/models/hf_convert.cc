@@ -444,7 +444,7 @@ bool same_model(const json& source, const HfLlamaConfig& model) {
 namespace {
 
 // The file must hold exactly the model's parameters, in float32 (what a checkpoint load checks).
-void check_params_file(const SafetensorsFile& file, const std::map<std::string, Shape>& params) {
+void check_params_file(const train::WholeParameters& file, const std::map<std::string, Shape>& params) {
   for (const auto& [name, shape] : params) {
     if (!file.contains(name))
       fail(ErrorKind::kConfig,
@@ -470,7 +470,7 @@ void check_params_file(const SafetensorsFile& file, const std::map<std::string, 
 // Writes the parameters of `file` into `dir` in Hugging Face's names, layout and `dtype`: one
 // model.safetensors, or shards of at most `max_bytes` and their index. One shard is in memory at
 // a time. Adds the files and counts to `r`.
-void write_hf_weights(const SafetensorsFile& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
+void write_hf_weights(const train::WholeParameters& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
                       const fs::path& dir, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
   check_params_file(file, params);
@@ -516,10 +516,8 @@ void write_hf_weights(const SafetensorsFile& file, const ModelSpec& spec, DType 
 ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   StagedFolder out(o.out_dir);
   json manifest;
-  fs::path params_path = o.checkpoint;
   if (fs::is_directory(o.checkpoint)) {
     manifest = train::verify_checkpoint(o.checkpoint);
-    params_path = o.checkpoint / train::kParamsFile;
   } else if (!fs::is_regular_file(o.checkpoint)) {
     fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", o.checkpoint.string());
   }
@@ -529,7 +527,7 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   r.model = hf_config_from_tessera(cfg);
   r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
   check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
-  write_hf_weights(SafetensorsFile(params_path.string()), spec_of(cfg), dtype_from_name(r.dtype),
+  write_hf_weights(train::WholeParameters(o.checkpoint), spec_of(cfg), dtype_from_name(r.dtype),
                    o.max_shard_bytes, out.path(), r);
   // A checkpoint converted from Hugging Face keeps its config.json in the manifest, whose token ids
   // and context length carry over while the model is the same.

@@ -314,6 +314,63 @@ bool plan_has(const graph::Plan& plan, graph::ValueKind kind) {
 
 }  // namespace
 
+WholeParameters::WholeParameters(const fs::path& path) : path_(path.string()) {
+  if (fs::is_regular_file(path)) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path.string()));
+  } else if (fs::is_directory(path)) {
+    files_ = open_state_files(path, verify_checkpoint(path), "params");
+    if (files_.empty()) fail(ErrorKind::kIo, "{}: the checkpoint lists no parameter file", path_);
+  } else {
+    fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", path_);
+  }
+  struct Source {
+    const SafetensorsFile* file;
+    Tensor data;
+    dist::Piece piece;
+  };
+  std::map<std::string, std::vector<Source>> sources;
+  for (const auto& f : files_)
+    for (const std::string& n : f->names()) {
+      Tensor t = f->get(n);
+      sources[n].push_back({f.get(), t, file_piece(*f, n, t.shape())});
+    }
+  for (const auto& [name, list] : sources) {
+    if (list.size() == 1 && list[0].piece.covers_all()) {  // a one-file checkpoint: read in place
+      tensors_[name] = list[0].data;
+      continue;
+    }
+    const dist::Piece whole = dist::whole_piece(list[0].piece.whole);
+    int64_t covered = 0;
+    for (const Source& src : list) {
+      if (src.data.dtype() != DType::kF32)
+        fail(ErrorKind::kIo, "{}: tensor '{}' is {}; Tessera's piece files hold float32", src.file->path(), name,
+             dtype_name(src.data.dtype()));
+      if (!(src.piece.whole == whole.whole))
+        fail(ErrorKind::kIo, "{}: tensor '{}' is a piece of {} here but of {} in {}", src.file->path(), name,
+             src.piece.whole.str(), whole.whole.str(), list[0].file->path());
+      covered += src.piece.shape.numel();  // pieces Tessera writes never overlap
+    }
+    if (covered != whole.whole.numel())
+      fail(ErrorKind::kIo, "{}: the pieces of '{}' cover {} of its {} elements; is a piece file missing?", path_,
+           name, covered, whole.whole.numel());
+    std::vector<float>& buf = assembled_.emplace_back(static_cast<size_t>(whole.whole.numel()));
+    for (const Source& src : list) dist::copy_overlap(src.piece, src.data.data(), whole, buf.data(), 4);
+    tensors_[name] = Tensor(buf.data(), whole.whole, DType::kF32);
+  }
+}
+
+Tensor WholeParameters::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(ErrorKind::kIo, "{}: has no parameter '{}'", path_, name);
+  return it->second;
+}
+
+std::vector<std::string> WholeParameters::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_) out.push_back(name);
+  return out;
+}
+
 fs::path checkpoint_root(const Config& cfg) {
   return fs::path(cfg.base_output_directory) / cfg.run_name / "checkpoints";
 }

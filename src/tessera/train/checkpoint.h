@@ -39,6 +39,8 @@
 #include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -92,6 +94,29 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const std::filesystem::path
 struct PieceTensor {
   NamedTensor tensor;
   dist::Piece piece;
+};
+
+// A checkpoint's parameters as whole tensors, for the tools that need the whole model (decode,
+// serve, convert). `path` is a checkpoint folder (verified first) or a bare safetensors file of
+// parameters. A one-file checkpoint is read in place from its mapping; the per-rank piece files of
+// a job of several ranks are assembled into whole f32 tensors in memory, after checking that the
+// pieces of each tensor agree on its shape and cover it. The interface follows SafetensorsFile's.
+class WholeParameters {
+ public:
+  explicit WholeParameters(const std::filesystem::path& path);
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+  bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+  Tensor get(const std::string& name) const;  // throws kIo naming the checkpoint when absent
+  std::vector<std::string> names() const;
+  const std::string& path() const { return path_; }  // for messages: the file, or the folder
+
+ private:
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Tensor> tensors_;
+  std::vector<std::vector<float>> assembled_;  // storage of the tensors put together from pieces
 };
 
 class Checkpointer {
