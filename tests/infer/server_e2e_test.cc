@@ -31,62 +31,15 @@ namespace fs = std::filesystem;
 using testing::shell_quote;
 using testing::tessera_binary;
 
-// A running `tessera` whose stdout and stderr come through one pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-};
+using testing::Child;
+using testing::read_until;
+using testing::spawn;
+using testing::wait_exit_code;
 
-Child spawn(const std::vector<std::string>& args) {
-  // Everything that allocates happens before fork: the child of a threaded process may only make
-  // async-signal-safe calls before exec.
-  const std::string bin = tessera_binary().string();
-  std::vector<std::string> all = {bin};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-// Reads lines from `fd` until one satisfies `stop` (true) or the pipe closes (false).
-bool read_lines(int fd, const std::function<bool(const std::string&)>& stop, std::string& text) {
-  std::string line;
-  char c;
-  for (;;) {
-    const ssize_t r = read(fd, &c, 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    text.push_back(c);
-    if (c != '\n') {
-      line.push_back(c);
-      continue;
-    }
-    if (stop(line)) return true;
-    line.clear();
-  }
-}
-
-int wait_exit_code(pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 int run_to_end(const std::vector<std::string>& args, std::string& text) {
   Child c = spawn(args);
-  read_lines(
+  read_until(
       c.out, [](const std::string&) { return false; }, text);
   close(c.out);
   return wait_exit_code(c.pid);
@@ -188,7 +141,7 @@ class ServerE2e : public ::testing::Test {
     text.clear();
     std::smatch m;
     const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    const bool up = read_lines(
+    const bool up = read_until(
         server_.out, [&](const std::string& l) { return std::regex_search(l, m, listening); }, text);
     EXPECT_TRUE(up) << text;
     return up ? std::stoi(m[1]) : 0;
@@ -287,7 +240,7 @@ TEST_F(ServerE2e, ServesTheOpenAiClientAndShutsDownCleanly) {
   EXPECT_NE(stream.find("\"finish_reason\":\""), std::string::npos) << stream;
   EXPECT_TRUE(stream.ends_with("data: [DONE]\n\n\r\n0\r\n\r\n")) << stream;
   std::string text;  // the server's output from its address line on
-  read_lines(
+  read_until(
       server_.out, [](const std::string&) { return false; }, text);
   EXPECT_EQ(wait_exit_code(server_.pid), 0) << text;
   server_.pid = -1;

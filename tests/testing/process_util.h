@@ -1,9 +1,17 @@
-// Helpers for tests that run the built `tessera` program.
+// Helpers for tests that run the built `tessera` program: where it is, shell quoting, and a child
+// process whose stdout and stderr come through one pipe, read line by line.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -18,6 +26,62 @@ inline std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// A running `tessera` whose stdout and stderr come through one pipe.
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+};
+
+// Starts `tessera args...`.
+inline Child spawn(const std::vector<std::string>& args) {
+  // Everything that allocates happens before fork: the child of a threaded process may only make
+  // async-signal-safe calls before exec.
+  const std::string bin = tessera_binary().string();
+  std::vector<std::string> all = {bin};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
+// Reads the child's output until a line satisfies `stop` (returns true) or the pipe closes
+// (returns false). `text` collects everything read.
+inline bool read_until(int fd, const std::function<bool(const std::string&)>& stop, std::string& text) {
+  std::string line;
+  char c;
+  for (;;) {
+    const ssize_t r = read(fd, &c, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    text.push_back(c);
+    if (c != '\n') {
+      line.push_back(c);
+      continue;
+    }
+    if (stop(line)) return true;
+    line.clear();
+  }
+}
+
+// Waits for `pid`; its exit status, or 128 + the signal that ended it.
+inline int wait_exit_code(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace tessera::testing

@@ -26,52 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::tessera_binary;
-// A running `tessera` whose stdout and stderr come through one pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-};
-
-Child spawn(const std::vector<std::string>& args) {
-  // Everything that allocates happens before fork: the child of a threaded process may only make
-  // async-signal-safe calls before exec.
-  const std::string bin = tessera_binary().string();
-  std::vector<std::string> all = {bin};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-// Reads the child's output until a line satisfies `stop` (returns true) or the pipe closes
-// (returns false). `text` collects everything read.
-bool read_until(int fd, const std::function<bool(const std::string&)>& stop, std::string& text) {
-  std::string line;
-  char c;
-  for (;;) {
-    const ssize_t r = read(fd, &c, 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    text.push_back(c);
-    if (c != '\n') {
-      line.push_back(c);
-      continue;
-    }
-    if (stop(line)) return true;
-    line.clear();
-  }
-}
+using testing::Child;
+using testing::read_until;
+using testing::spawn;
 
 struct Exit {
   bool exited = false;
