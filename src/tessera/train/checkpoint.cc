@@ -224,6 +224,25 @@ bool is_state_file(const std::string& name, const std::string& prefix) {
   return name.starts_with(prefix + ".") && name.ends_with(".safetensors");
 }
 
+// One file's part of a tensor: the mapped data and the piece of the whole tensor it holds.
+struct PieceSource {
+  const SafetensorsFile* file;
+  Tensor data;
+  dist::Piece piece;
+};
+
+// Every tensor of `files` by name, with the pieces the files hold of it.
+std::map<std::string, std::vector<PieceSource>> pieces_by_name(
+    const std::vector<std::unique_ptr<SafetensorsFile>>& files) {
+  std::map<std::string, std::vector<PieceSource>> sources;
+  for (const auto& f : files)
+    for (const std::string& n : f->names()) {
+      Tensor t = f->get(n);
+      sources[n].push_back({f.get(), t, file_piece(*f, n, t.shape())});
+    }
+  return sources;
+}
+
 // Copies into each `kind` value's stored piece (Plan::state; the optimizer's piece for moments)
 // whatever parts of it the files hold, after checking that the files hold exactly this model's
 // tensors (names, f32, whole shapes) and cover every piece; nothing is copied when a check fails.
@@ -231,21 +250,11 @@ void load_tensors(graph::Plan& plan, const std::vector<std::unique_ptr<Safetenso
                   graph::ValueKind kind) {
   const char* what = kind == graph::ValueKind::kParam ? "a parameter" : "an optimizer state tensor";
   const auto& values = plan.graph().values();
-  struct Source {
-    const SafetensorsFile* file;
-    Tensor data;
-    dist::Piece piece;
-  };
-  std::map<std::string, std::vector<Source>> sources;
-  for (const auto& f : files)
-    for (const std::string& n : f->names()) {
-      Tensor t = f->get(n);
-      sources[n].push_back({f.get(), t, file_piece(*f, n, t.shape())});
-    }
+  const std::map<std::string, std::vector<PieceSource>> sources = pieces_by_name(files);
   const std::string where = files.size() == 1
                                 ? files[0]->path()
                                 : fmt::format("{} (and {} more files)", files[0]->path(), files.size() - 1);
-  std::vector<std::pair<graph::ValueId, const std::vector<Source>*>> copies;
+  std::vector<std::pair<graph::ValueId, const std::vector<PieceSource>*>> copies;
   std::set<std::string> names;
   for (size_t id = 0; id < values.size(); ++id) {
     const graph::Value& v = values[id];
@@ -261,7 +270,7 @@ void load_tensors(graph::Plan& plan, const std::vector<std::unique_ptr<Safetenso
            "of another model or optimizer?",
            where, v.name, what, want.whole.str(), sources.size());
     int64_t covered = 0;
-    for (const Source& src : it->second) {
+    for (const PieceSource& src : it->second) {
       if (src.data.dtype() != DType::kF32)
         fail(ErrorKind::kConfig, "{}: tensor '{}' is {} in the file; Tessera keeps it in float32",
              src.file->path(), v.name, dtype_name(src.data.dtype()));
@@ -292,7 +301,7 @@ void load_tensors(graph::Plan& plan, const std::vector<std::unique_ptr<Safetenso
   for (const auto& [id, list] : copies) {
     const graph::ParamLayout& L = plan.layout(id);
     const dist::Piece& want = kind == graph::ValueKind::kParam ? L.stored : L.opt;
-    for (const Source& src : *list)
+    for (const PieceSource& src : *list)
       dist::copy_overlap(src.piece, src.data.data(), want, plan.state(id).data(), 4);
   }
 }
@@ -323,25 +332,14 @@ WholeParameters::WholeParameters(const fs::path& path) : path_(path.string()) {
   } else {
     fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", path_);
   }
-  struct Source {
-    const SafetensorsFile* file;
-    Tensor data;
-    dist::Piece piece;
-  };
-  std::map<std::string, std::vector<Source>> sources;
-  for (const auto& f : files_)
-    for (const std::string& n : f->names()) {
-      Tensor t = f->get(n);
-      sources[n].push_back({f.get(), t, file_piece(*f, n, t.shape())});
-    }
-  for (const auto& [name, list] : sources) {
+  for (const auto& [name, list] : pieces_by_name(files_)) {
     if (list.size() == 1 && list[0].piece.covers_all()) {  // a one-file checkpoint: read in place
       tensors_[name] = list[0].data;
       continue;
     }
     const dist::Piece whole = dist::whole_piece(list[0].piece.whole);
     int64_t covered = 0;
-    for (const Source& src : list) {
+    for (const PieceSource& src : list) {
       if (src.data.dtype() != DType::kF32)
         fail(ErrorKind::kIo, "{}: tensor '{}' is {}; Tessera's piece files hold float32", src.file->path(), name,
              dtype_name(src.data.dtype()));
@@ -354,7 +352,7 @@ WholeParameters::WholeParameters(const fs::path& path) : path_(path.string()) {
       fail(ErrorKind::kIo, "{}: the pieces of '{}' cover {} of its {} elements; is a piece file missing?", path_,
            name, covered, whole.whole.numel());
     std::vector<float>& buf = assembled_.emplace_back(static_cast<size_t>(whole.whole.numel()));
-    for (const Source& src : list) dist::copy_overlap(src.piece, src.data.data(), whole, buf.data(), 4);
+    for (const PieceSource& src : list) dist::copy_overlap(src.piece, src.data.data(), whole, buf.data(), 4);
     tensors_[name] = Tensor(buf.data(), whole.whole, DType::kF32);
   }
 }
