@@ -10,7 +10,8 @@
 // progress calls, the hidden share, and bytes per step per kind of collective, measured and
 // expected from the layouts (graph::expected_traffic).
 //
-//   mpirun -np 2 ... build/dist_bench [--warmup 1] [--steps 3] [key=value ...]
+//   mpirun -np 2 ... build/dist_bench [--warmup 1] [--steps 3] [--profile] [key=value ...]
+// --profile: rank 0 prints the executor's per-op table of the overlapped steps to stderr.
 //   build/dist_bench num_threads=2                                  (the one-process reference)
 // bench/dist_bench.sh runs the comparisons of RESULTS.md.
 #include <fmt/format.h>
@@ -71,6 +72,7 @@ std::string bytes_json(const tessera::dist::TrafficCounters& b) {
 
 int main(int argc, char** argv) {
   int warmup = 1, steps = 3;
+  bool profile = false;
   std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
       warmup = std::stoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc)
       steps = std::stoi(argv[++i]);
+    else if (a == "--profile")
+      profile = true;
     else if (a.find('=') == std::string::npos)
       config = a;
     else
@@ -105,7 +109,10 @@ int main(int argc, char** argv) {
     auto mesh = tessera::dist::make_mesh(cfg, std::move(world));
     tessera::train::Trainer t(cfg, first ? std::cerr : silent, mesh.get());
     for (int i = 0; i < warmup; ++i) t.step();
+    t.executor().set_profiling(profile);
     const Phase overlapped = measure(t, steps);
+    t.executor().set_profiling(false);
+    if (profile && first) std::cerr << t.executor().profile_report() << "\n";
     if (auto* sync = t.executor().param_sync()) sync->set_overlap(false);
     const Phase serial = measure(t, steps);
     const double tokens = static_cast<double>(cfg.global_batch_size_to_train_on * cfg.max_target_length);
