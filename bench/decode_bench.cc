@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
@@ -95,39 +96,7 @@ double median_time(int reps, F&& f) {
 constexpr size_t kTriadBytesEach = size_t{128} << 20;
 constexpr size_t kColdBytes = size_t{1} << 30;  // weights cycled through by the small-M section
 
-double triad_gbps() {
-  Arena arena(3 * kTriadBytesEach + 3 * Arena::kAlignment, "triad");
-  const int64_t n = static_cast<int64_t>(kTriadBytesEach / sizeof(float));
-  float* a = static_cast<float*>(arena.allocate(kTriadBytesEach));
-  float* b = static_cast<float*>(arena.allocate(kTriadBytesEach));
-  float* c = static_cast<float*>(arena.allocate(kTriadBytesEach));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
-  const float s = 3.0f;
-  const double t = best_time(5, [&] {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-  });
-  if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad produced a wrong value\n");
-  return 3.0 * static_cast<double>(kTriadBytesEach) / t / 1e9;
-}
 
-// Uniform values in [lo, hi) from a splitmix64 hash of (seed, index), in parallel.
-void fill(const Tensor& t, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  const int64_t n = t.numel();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float v = lo + (hi - lo) * static_cast<float>(z >> 40) * 0x1.0p-24f;
-    if (t.dtype() == DType::kBF16)
-      t.ptr<uint16_t>()[i] = f32_to_bf16(v);
-    else
-      t.ptr<float>()[i] = v;
-  }
-}
 
 // ---- small-M products ------------------------------------------------------------------------
 
@@ -160,11 +129,11 @@ void gemv_section(const Options& o, double triad) {
       std::vector<Tensor> ws;
       for (int c = 0; c < copies; ++c) {
         ws.push_back(arena.tensor(Shape{s.n, s.k}, d));
-        fill(ws.back(), 1 + c);
+        bench::fill_uniform(ws.back(), 1 + c);
       }
       Tensor xall = arena.tensor(Shape{max_m, s.k}, d);
       Tensor yall = arena.tensor(Shape{max_m, s.n}, DType::kF32);
-      fill(xall, 100);
+      bench::fill_uniform(xall, 100);
       for (int64_t m : ms) {
         Tensor x = xall.slice0(0, m), y = yall.slice0(0, m);
         const int reps = o.quick ? 3 : 5;
@@ -251,7 +220,7 @@ class RandomParameters {
     } else {
       const float a =
           name == "token_embedder.embedding" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape[0]));
-      fill(t, ++seed_, -a, a);
+      bench::fill_uniform(t, ++seed_, -a, a);
     }
     return t;
   }
@@ -350,7 +319,7 @@ void sampling_section(const Options& o) {
       "|\n");
   Arena arena(aligned_bytes(Shape{128256}, DType::kF32), "logits");
   Tensor logits = arena.tensor(Shape{128256}, DType::kF32);
-  fill(logits, 5, -8.0f, 8.0f);
+  bench::fill_uniform(logits, 5, -8.0f, 8.0f);
   const std::span<const float> row(logits.ptr<float>(), 128256);
   const std::vector<infer::SamplingParams> cases = {
       {.strategy = "greedy"},
@@ -368,7 +337,7 @@ void sampling_section(const Options& o) {
 
 int run(const Options& o) {
   fmt::print("# decode_bench: {} threads, {} kernels\n", num_threads(), isa_name(active_isa()));
-  const double triad = triad_gbps();
+  const double triad = bench::stream_triad_gbps(kTriadBytesEach, 5);
   fmt::print("stream triad: {:.1f} GB/s (3 x {} MiB, best of 5)\n", triad, kTriadBytesEach >> 20);
   if (o.gemv) gemv_section(o, triad);
   if (o.engine) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/dtype.h"
@@ -87,40 +88,7 @@ double best_time(int reps, const std::function<void()>& f) {
   return best;
 }
 
-double triad_gbps(int reps) {
-  Arena arena(3 * kTriadBytesEach + 3 * Arena::kAlignment, "triad");
-  const int64_t n = static_cast<int64_t>(kTriadBytesEach / sizeof(float));
-  float* a = static_cast<float*>(arena.allocate(kTriadBytesEach));
-  float* b = static_cast<float*>(arena.allocate(kTriadBytesEach));
-  float* c = static_cast<float*>(arena.allocate(kTriadBytesEach));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
-  const float s = 3.0f;
-  double t = best_time(reps, [&] {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-  });
-  if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad produced a wrong value\n");
-  return 3.0 * static_cast<double>(kTriadBytesEach) / t / 1e9;
-}
 
-// Fills a tensor with uniform values in [lo, hi) in its dtype, in parallel: a splitmix64 hash of
-// (seed, index) gives each element 24 random bits, fast enough that setup stays short.
-void fill(const Tensor& t, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  const int64_t n = t.numel();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float v = lo + (hi - lo) * static_cast<float>(z >> 40) * 0x1.0p-24f;
-    if (t.dtype() == DType::kBF16)
-      t.ptr<uint16_t>()[i] = f32_to_bf16(v);
-    else
-      t.ptr<float>()[i] = v;
-  }
-}
 
 struct Row {
   std::string op;
@@ -145,13 +113,13 @@ void bench_dtype(DType dt, const Options& o, std::vector<Row>& rows) {
   Tensor positions = arena.tensor(Shape{kB, kT}, DType::kI32);
   Tensor gate = arena.tensor(nf, dt), up = arena.tensor(nf, dt), out = arena.tensor(nf, dt);
   Tensor dout = arena.tensor(nf, dt), dgate = arena.tensor(nf, dt), dup = arena.tensor(nf, dt);
-  fill(x, 1);
-  fill(dy, 2);
-  fill(gamma, 3, 0.5f, 1.5f);
-  fill(beta, 4);
-  fill(gate, 5, -4.0f, 4.0f);
-  fill(up, 6);
-  fill(dout, 7);
+  bench::fill_uniform(x, 1);
+  bench::fill_uniform(dy, 2);
+  bench::fill_uniform(gamma, 3, 0.5f, 1.5f);
+  bench::fill_uniform(beta, 4);
+  bench::fill_uniform(gate, 5, -4.0f, 4.0f);
+  bench::fill_uniform(up, 6);
+  bench::fill_uniform(dout, 7);
   std::memset(dgamma.data(), 0, dgamma.nbytes());
   std::memset(dbeta.data(), 0, dbeta.nbytes());
   for (int64_t b = 0; b < kB; ++b)
@@ -203,7 +171,7 @@ int main(int argc, char** argv) {
         static_cast<long long>(kN), static_cast<long long>(kC), static_cast<long long>(kF),
         static_cast<long long>(kB), static_cast<long long>(kT), static_cast<long long>(kH),
         static_cast<long long>(kD));
-    const double triad = triad_gbps(o.reps);
+    const double triad = bench::stream_triad_gbps(kTriadBytesEach, o.reps);
     std::printf("stream triad (3 x 64 MiB f32, a = b + s*c): %.1f GB/s\n\n", triad);
 
     std::vector<Row> rows;
