@@ -1,11 +1,14 @@
-// Pieces the benchmarks share: the stream triad they measure their memory bound with, and a fast
-// seeded fill of tensors with uniform values.
+// Pieces the benchmarks share: the stream triad they measure their memory bound with, a fast
+// seeded fill of tensors with uniform values, and the command line of the training benchmarks.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "tessera/core/arena.h"
 #include "tessera/core/dtype.h"
@@ -52,6 +55,49 @@ inline void fill_uniform(const Tensor& t, uint64_t seed, float lo = -1.0f, float
     else
       t.ptr<float>()[i] = v;
   }
+}
+
+// The command line of the benchmarks that train (dist_bench, tp_bench):
+//   [CONFIG] [--warmup W] [--steps S] [--profile] [key=value ...]
+struct TrainArgs {
+  int warmup = 1, steps = 3;
+  bool profile = false;
+  std::string config;
+  std::vector<std::string> overrides;
+
+  // Adds each "key=value" of `defaults` whose key the command line did not set.
+  void add_defaults(std::initializer_list<std::string> defaults) {
+    for (const std::string& d : defaults) {
+      const std::string key = d.substr(0, d.find('=') + 1);
+      if (!has(key)) overrides.push_back(d);
+    }
+  }
+  // Whether the command line set `key` ("name=").
+  bool has(const std::string& key) const {
+    return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.starts_with(key); });
+  }
+};
+
+// `warmup` and `steps` are the defaults; the config defaults to configs/base.yml.
+inline TrainArgs parse_train_args(int argc, char** argv, int warmup, int steps) {
+  TrainArgs a;
+  a.warmup = warmup;
+  a.steps = steps;
+  a.config = TESSERA_SOURCE_DIR "/configs/base.yml";
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--warmup" && i + 1 < argc)
+      a.warmup = std::stoi(argv[++i]);
+    else if (s == "--steps" && i + 1 < argc)
+      a.steps = std::stoi(argv[++i]);
+    else if (s == "--profile")
+      a.profile = true;
+    else if (s.find('=') == std::string::npos)
+      a.config = s;
+    else
+      a.overrides.push_back(s);
+  }
+  return a;
 }
 
 }  // namespace tessera::bench

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/dist/mesh.h"
@@ -71,35 +72,17 @@ std::string bytes_json(const tessera::dist::TrafficCounters& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int warmup = 1, steps = 3;
-  bool profile = false;
-  std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
-  std::vector<std::string> overrides;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--warmup" && i + 1 < argc)
-      warmup = std::stoi(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc)
-      steps = std::stoi(argv[++i]);
-    else if (a == "--profile")
-      profile = true;
-    else if (a.find('=') == std::string::npos)
-      config = a;
-    else
-      overrides.push_back(a);
-  }
+  tessera::bench::TrainArgs args =
+      tessera::bench::parse_train_args(argc, argv, 1, 3);
   std::unique_ptr<tessera::dist::Communicator> world = tessera::dist::make_world_communicator();
   const int ranks = world->size();
-  for (std::string d : {"model_name=llama-125m", "max_target_length=256", "run_name=dist_bench",
-                        "enable_checkpointing=false", "enable_tensorboard=false", "device_peak_tflops=1"}) {
-    std::string key = d.substr(0, d.find('=') + 1);
-    if (std::none_of(overrides.begin(), overrides.end(),
-                     [&](const std::string& o) { return o.starts_with(key); }))
-      overrides.push_back(d);
-  }
-  if (std::none_of(overrides.begin(), overrides.end(),
-                   [](const std::string& o) { return o.starts_with("per_device_batch_size="); }))
-    overrides.push_back(fmt::format("per_device_batch_size={}", 4 / ranks));
+  args.add_defaults({"model_name=llama-125m", "max_target_length=256", "run_name=dist_bench",
+                     "enable_checkpointing=false", "enable_tensorboard=false", "device_peak_tflops=1",
+                     fmt::format("per_device_batch_size={}", 4 / ranks)});
+  const int warmup = args.warmup, steps = args.steps;
+  const bool profile = args.profile;
+  const std::string& config = args.config;
+  std::vector<std::string>& overrides = args.overrides;
   overrides.push_back(fmt::format("steps={}", warmup + 2 * steps));
   try {
     const tessera::DeviceCount devices = tessera::dist::count_devices(*world);

@@ -22,38 +22,21 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "bench_util.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
 #include "tessera/train/trainer.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  int warmup = 2, steps = 5;
-  bool profile = false;
-  std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
-  std::vector<std::string> overrides;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--warmup" && i + 1 < argc)
-      warmup = std::stoi(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc)
-      steps = std::stoi(argv[++i]);
-    else if (a == "--profile")
-      profile = true;
-    else if (a.find('=') == std::string::npos)
-      config = a;
-    else
-      overrides.push_back(a);
-  }
-  for (std::string d :
-       {"model_name=llama-125m", "per_device_batch_size=1", "max_target_length=512", "dtype=float32",
-        "remat_policy=full", "run_name=tp_bench", "enable_checkpointing=false", "enable_tensorboard=false",
-        "ici_fsdp_parallelism=1", "device_peak_tflops=1"}) {
-    std::string key = d.substr(0, d.find('=') + 1);
-    if (std::none_of(overrides.begin(), overrides.end(),
-                     [&](const std::string& o) { return o.starts_with(key); }))
-      overrides.push_back(d);
-  }
+  bench::TrainArgs args = bench::parse_train_args(argc, argv, 2, 5);
+  args.add_defaults({"model_name=llama-125m", "per_device_batch_size=1", "max_target_length=512", "dtype=float32",
+                     "remat_policy=full", "run_name=tp_bench", "enable_checkpointing=false",
+                     "enable_tensorboard=false", "ici_fsdp_parallelism=1", "device_peak_tflops=1"});
+  const int warmup = args.warmup, steps = args.steps;
+  const bool profile = args.profile;
+  const std::string& config = args.config;
+  std::vector<std::string>& overrides = args.overrides;
   overrides.push_back(fmt::format("steps={}", warmup + steps));
   overrides.push_back("log_period=1000");
   std::unique_ptr<dist::Communicator> world = dist::make_world_communicator();
