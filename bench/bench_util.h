@@ -74,7 +74,8 @@ struct TrainArgs {
   }
   // Whether the command line set `key` ("name=").
   bool has(const std::string& key) const {
-    return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.starts_with(key); });
+    return std::any_of(overrides.begin(), overrides.end(),
+                       [&](const std::string& o) { return o.starts_with(key); });
   }
 };
 

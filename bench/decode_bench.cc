@@ -96,8 +96,6 @@ double median_time(int reps, F&& f) {
 constexpr size_t kTriadBytesEach = size_t{128} << 20;
 constexpr size_t kColdBytes = size_t{1} << 30;  // weights cycled through by the small-M section
 
-
-
 // ---- small-M products ------------------------------------------------------------------------
 
 void gemv_section(const Options& o, double triad) {

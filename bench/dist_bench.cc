@@ -72,8 +72,7 @@ std::string bytes_json(const tessera::dist::TrafficCounters& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::bench::TrainArgs args =
-      tessera::bench::parse_train_args(argc, argv, 1, 3);
+  tessera::bench::TrainArgs args = tessera::bench::parse_train_args(argc, argv, 1, 3);
   std::unique_ptr<tessera::dist::Communicator> world = tessera::dist::make_world_communicator();
   const int ranks = world->size();
   args.add_defaults({"model_name=llama-125m", "max_target_length=256", "run_name=dist_bench",

@@ -88,8 +88,6 @@ double best_time(int reps, const std::function<void()>& f) {
   return best;
 }
 
-
-
 struct Row {
   std::string op;
   DType dtype;

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
-#include "bench_util.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
 #include "tessera/train/trainer.h"
@@ -30,8 +30,8 @@
 int main(int argc, char** argv) {
   using namespace tessera;
   bench::TrainArgs args = bench::parse_train_args(argc, argv, 2, 5);
-  args.add_defaults({"model_name=llama-125m", "per_device_batch_size=1", "max_target_length=512", "dtype=float32",
-                     "remat_policy=full", "run_name=tp_bench", "enable_checkpointing=false",
+  args.add_defaults({"model_name=llama-125m", "per_device_batch_size=1", "max_target_length=512",
+                     "dtype=float32", "remat_policy=full", "run_name=tp_bench", "enable_checkpointing=false",
                      "enable_tensorboard=false", "ici_fsdp_parallelism=1", "device_peak_tflops=1"});
   const int warmup = args.warmup, steps = args.steps;
   const bool profile = args.profile;
