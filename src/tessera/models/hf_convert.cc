@@ -515,19 +515,15 @@ void write_hf_weights(const train::WholeParameters& file, const ModelSpec& spec,
 
 ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   StagedFolder out(o.out_dir);
-  json manifest;
-  if (fs::is_directory(o.checkpoint)) {
-    manifest = train::verify_checkpoint(o.checkpoint);
-  } else if (!fs::is_regular_file(o.checkpoint)) {
-    fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", o.checkpoint.string());
-  }
+  const train::WholeParameters params(o.checkpoint);  // verifies a folder against its manifest
+  const json& manifest = params.manifest();
   const Config cfg = checkpoint_config(o, manifest, out.path());
   ConvertReport r;
   r.out_dir = o.out_dir;
   r.model = hf_config_from_tessera(cfg);
   r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
   check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
-  write_hf_weights(train::WholeParameters(o.checkpoint), spec_of(cfg), dtype_from_name(r.dtype),
+  write_hf_weights(params, spec_of(cfg), dtype_from_name(r.dtype),
                    o.max_shard_bytes, out.path(), r);
   // A checkpoint converted from Hugging Face keeps its config.json in the manifest, whose token ids
   // and context length carry over while the model is the same.

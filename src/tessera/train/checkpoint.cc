@@ -327,7 +327,8 @@ WholeParameters::WholeParameters(const fs::path& path) : path_(path.string()) {
   if (fs::is_regular_file(path)) {
     files_.push_back(std::make_unique<SafetensorsFile>(path.string()));
   } else if (fs::is_directory(path)) {
-    files_ = open_state_files(path, verify_checkpoint(path), "params");
+    manifest_ = verify_checkpoint(path);
+    files_ = open_state_files(path, manifest_, "params");
     if (files_.empty()) fail(ErrorKind::kIo, "{}: the checkpoint lists no parameter file", path_);
   } else {
     fail(ErrorKind::kIo, "{}: no such checkpoint folder or parameter file", path_);

@@ -111,9 +111,12 @@ class WholeParameters {
   Tensor get(const std::string& name) const;  // throws kIo naming the checkpoint when absent
   std::vector<std::string> names() const;
   const std::string& path() const { return path_; }  // for messages: the file, or the folder
+  // The folder's verified manifest.json; null for a bare parameter file.
+  const nlohmann::json& manifest() const { return manifest_; }
 
  private:
   std::string path_;
+  nlohmann::json manifest_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Tensor> tensors_;
   std::vector<std::vector<float>> assembled_;  // storage of the tensors put together from pieces
