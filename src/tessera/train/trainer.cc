@@ -19,9 +19,6 @@
 namespace tessera::train {
 
 namespace {
-// The Llama builder splits heads, MLP and vocabulary over the tensor axis (models/llama.cc,
-// models/tensor_parallel.h).
-constexpr bool kTensorParallelismBuilt = true;
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
@@ -51,18 +48,20 @@ void reject_unbuilt_options(const Config& cfg) {
          cfg.base_output_directory);
 }
 
-// Mesh axes whose machinery is not in this build, refused by name and size.
+// Mesh axes whose machinery is not in this build, refused by name and size. Data and fsdp are
+// the engine's (graph/param_sync.h); the Llama builder splits heads, MLP and vocabulary over tensor
+// (models/tensor_parallel.h).
 void reject_unbuilt_parallelism(const dist::Mesh& mesh) {
   for (int a = 0; a < kNumMeshAxes; ++a) {
     const auto axis = static_cast<MeshAxis>(a);
-    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || mesh.size(axis) == 1) continue;
-    if (axis == MeshAxis::kTensor && kTensorParallelismBuilt) continue;
+    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor ||
+        mesh.size(axis) == 1)
+      continue;
     fail(
         ErrorKind::kConfig,
         "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
-        "fsdp{} only; {} parallelism is not in this build yet",
-        kMeshAxes[a].axis, mesh.size(axis), kMeshAxes[a].key, kMeshAxes[a].key,
-        kTensorParallelismBuilt ? " and tensor" : "", kMeshAxes[a].key);
+        "fsdp and tensor only; {} parallelism is not in this build yet",
+        kMeshAxes[a].axis, mesh.size(axis), kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key);
   }
 }
 
