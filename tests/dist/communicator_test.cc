@@ -140,6 +140,10 @@ TEST(MpiWorker, DISABLED_Collectives) {
   std::vector<float> ar(5, static_cast<float>(r));
   w->all_reduce_async(ar.data(), ar.size(), DType::kF32)->wait();
   EXPECT_EQ(ar[4], static_cast<float>(n * (n - 1) / 2));
+  // Fewer elements than ranks: some parts of the all-reduce's ring are empty.
+  std::vector<float> few(3, static_cast<float>(r + 1));
+  w->all_reduce_async(few.data(), few.size(), DType::kF32)->wait();
+  EXPECT_EQ(few, std::vector<float>(3, static_cast<float>(n * (n + 1) / 2)));
   // Traffic: bytes of the buffers passed in (see communicator.h).
   EXPECT_EQ(w->traffic().all_gather, 2 * count * n * sizeof(float));
   // Split into even and odd ranks, ordered by descending rank.
@@ -149,6 +153,51 @@ TEST(MpiWorker, DISABLED_Collectives) {
   sub->all_reduce(&top, 1, DType::kI32, dist::ReduceOp::kMax);
   EXPECT_EQ(sub->rank(), (top - r) / 2);
   w->barrier();
+}
+
+// Many non-blocking collectives in flight at once, each rank advancing them at different moments
+// and waiting for them in another order than it started them: every one still meets its own
+// messages (the schedules are told apart by their start order, which all ranks share).
+TEST(MpiWorker, DISABLED_ManyInFlight) {
+  ASSERT_TRUE(dist::launched_by_mpi());
+  auto w = dist::make_world_communicator();
+  const int n = w->size(), r = w->rank();
+  constexpr int kEach = 6;
+  const size_t count = 1000 + 17 * static_cast<size_t>(n);  // parts of unequal length in the all-reduce
+  std::vector<std::vector<float>> rs_in(kEach), rs_out(kEach), ag_out(kEach), ar(kEach);
+  std::vector<std::vector<int64_t>> ar_i64(kEach);
+  std::vector<float> ag_in(count);
+  std::vector<std::unique_ptr<dist::Communicator::Request>> reqs;
+  for (size_t i = 0; i < count; ++i) ag_in[i] = static_cast<float>(r * 10000 + static_cast<int>(i));
+  for (int k = 0; k < kEach; ++k) {
+    rs_in[k].resize(count * static_cast<size_t>(n));
+    for (size_t i = 0; i < rs_in[k].size(); ++i) rs_in[k][i] = static_cast<float>((k + 1) * (r + 1)) + i % 7;
+    rs_out[k].assign(count, -1);
+    ag_out[k].assign(count * static_cast<size_t>(n), -1);
+    ar[k].assign(count, static_cast<float>(r + k));
+    ar_i64[k].assign(5, int64_t{1} << 40);
+    reqs.push_back(w->reduce_scatter_async(rs_in[k].data(), rs_out[k].data(), count, DType::kF32));
+    if (r % 2 == 0) w->progress();
+    reqs.push_back(w->all_gather_async(ag_in.data(), ag_out[k].data(), count, DType::kF32));
+    reqs.push_back(w->all_reduce_async(ar[k].data(), count, DType::kF32));
+    reqs.push_back(w->all_reduce_async(ar_i64[k].data(), 5, DType::kI64));
+    if (r % 2 == 1)
+      for (int j = 0; j < 3; ++j) w->progress();
+  }
+  for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) (*it)->wait();
+  for (int k = 0; k < kEach; ++k) {
+    for (size_t i = 0; i < count; ++i) {
+      const size_t at = static_cast<size_t>(r) * count + i;
+      ASSERT_EQ(rs_out[k][i], static_cast<float>((k + 1) * n * (n + 1) / 2 + n * static_cast<int>(at % 7)))
+          << k;
+      ASSERT_EQ(ar[k][i], static_cast<float>(n * (n - 1) / 2 + n * k)) << k;
+    }
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; i += 97)
+        ASSERT_EQ(ag_out[k][static_cast<size_t>(q) * count + i],
+                  static_cast<float>(q * 10000 + static_cast<int>(i)));
+    EXPECT_EQ(ar_i64[k], std::vector<int64_t>(5, static_cast<int64_t>(n) << 40));
+  }
 }
 
 // The mesh of 4 ranks as data 2 x fsdp 2 (one host): coordinates follow the rank (fsdp fastest),
@@ -192,6 +241,12 @@ TEST(MpiCommunicator, CollectivesOnTwoRanks) {
 }
 TEST(MpiCommunicator, CollectivesOnFourRanks) {
   run_worker(4, "DISABLED_Collectives");
+}
+TEST(MpiCommunicator, ManyInFlightOnTwoRanks) {
+  run_worker(2, "DISABLED_ManyInFlight");
+}
+TEST(MpiCommunicator, ManyInFlightOnFourRanks) {
+  run_worker(4, "DISABLED_ManyInFlight");
 }
 TEST(MpiCommunicator, MeshOfFourRanks) {
   run_worker(4, "DISABLED_MeshOfFour");

@@ -1,10 +1,25 @@
 // The Communicator over an MPI communicator, and MPI's start and end (mpi_communicator.h).
 //
-// Each collective maps to one MPI call: all_reduce -> MPI_Allreduce (in place), all_gather ->
-// MPI_Allgather (MPI_IN_PLACE when `send` already sits at this rank's place in `recv`),
-// reduce_scatter -> MPI_Reduce_scatter_block, broadcast -> MPI_Bcast, and the non-blocking forms
-// -> MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce (MPI-3). Every call goes through
-// check(), which turns a return code other than MPI_SUCCESS into Error(kRuntime) naming the call.
+// Each blocking collective maps to one MPI call: all_reduce -> MPI_Allreduce (in place),
+// all_gather -> MPI_Allgather (MPI_IN_PLACE when `send` already sits at this rank's place in
+// `recv`), reduce_scatter -> MPI_Reduce_scatter_block, broadcast -> MPI_Bcast. Every call goes
+// through check(), which turns a return code other than MPI_SUCCESS into Error(kRuntime) naming
+// the call.
+//
+// The non-blocking forms are Tessera's own schedules of point-to-point messages (P2pCollective
+// below), advanced by progress() and wait(), on a duplicate of the communicator so that their
+// messages never meet anything else:
+//   - all_gather: every rank sends its part to every other rank, which receives it in place
+//     (one round; with shared memory each part is copied once, straight into the result);
+//   - reduce_scatter: a ring of size() - 1 rounds; in round s rank r passes its running sum of
+//     part r - s - 1 to rank r + 1 and adds its own contribution to what arrives from r - 1, so
+//     each rank sends and receives (size() - 1) / size() of the buffer and reduces only its share;
+//   - all_reduce: the same ring over size() near-equal parts of the buffer, then the all_gather.
+// OpenMPI's own non-blocking reduce-scatter (coll/libnbc in 4.1) reduces the whole buffer on rank 0
+// and scatters it from there, through a temporary buffer it allocates at every call: on 2 ranks
+// that doubled the bytes moved and put all the reductions and fresh-page faults on rank 0
+// (bench/RESULTS.md). The schedules here take their scratch blocks from a pool of pre-faulted,
+// huge-page arenas that the communicator keeps, so that after the first step nothing is allocated.
 // MPI counts are `int`: a buffer of more than INT_MAX elements is refused (kRuntime) rather than
 // silently truncated; Tessera's largest single buffer (a layer's gradients) is far below it.
 //
@@ -24,11 +39,15 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <utility>
+#include <vector>
 
+#include "tessera/core/arena.h"
 #include "tessera/core/error.h"
 
 namespace tessera::dist {
@@ -100,6 +119,205 @@ class MpiRequest final : public Communicator::Request {
   const char* call_;
 };
 
+// ---- non-blocking collectives as point-to-point schedules
+
+// `dst[i] = a[i] + b[i]` for the reducible dtypes.
+template <typename T>
+void add_arrays(void* dst, const void* a, const void* b, size_t n) {
+  T* d = static_cast<T*>(dst);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  const auto count = static_cast<int64_t>(n);
+#pragma omp parallel for simd schedule(static) if (count > (int64_t{1} << 18))
+  for (int64_t i = 0; i < count; ++i) d[i] = x[i] + y[i];
+}
+
+void add_arrays(DType t, void* dst, const void* a, const void* b, size_t n) {
+  switch (t) {
+    case DType::kF32:
+      return add_arrays<float>(dst, a, b, n);
+    case DType::kI32:
+      return add_arrays<int32_t>(dst, a, b, n);
+    case DType::kI64:
+      return add_arrays<int64_t>(dst, a, b, n);
+    case DType::kBF16:
+      break;
+  }
+  fail(ErrorKind::kInternal, "no sum for dtype {}", dtype_name(t));
+}
+
+// Scratch blocks for the reduce-scatter rings: pre-faulted huge-page arenas, reused. The pool
+// grows to the most blocks in flight at once (during the first step) and then stays.
+class ScratchPool {
+ public:
+  char* acquire(size_t bytes) {
+    Entry* best = nullptr;
+    for (Entry& e : entries_)
+      if (!e.busy && e.arena.capacity() >= bytes && (!best || e.arena.capacity() < best->arena.capacity()))
+        best = &e;
+    if (!best) best = &entries_.emplace_back(Entry{Arena(bytes, "collective scratch"), false});
+    best->busy = true;
+    return best->arena.base();
+  }
+  void release(char* p) {
+    for (Entry& e : entries_)
+      if (e.arena.base() == p) e.busy = false;
+  }
+
+ private:
+  struct Entry {
+    Arena arena;
+    bool busy;
+  };
+  std::vector<Entry> entries_;  // looked up by base address (an Arena keeps it when moved)
+};
+
+// One non-blocking collective in flight (see the top of this file). Rounds start when the
+// previous one has completed, inside advance(): called by the communicator's progress() and by
+// wait(). `offsets` splits the buffer into size() parts (part q: [offsets[q], offsets[q + 1]),
+// in elements).
+class P2pCollective final : public Communicator::Request {
+ public:
+  enum class Kind { kAllGather, kReduceScatter, kAllReduce };
+
+  struct Setup {
+    Kind kind;
+    MPI_Comm comm;
+    int tag, rank, size;
+    DType dtype;
+    const char* src;  // reduce-scatter, all-reduce: every rank's input (the whole buffer)
+    char* out;        // all-gather, all-reduce: the whole result; reduce-scatter: this rank's part
+    std::vector<size_t> offsets;
+  };
+
+  P2pCollective(Setup s, ScratchPool& pool, std::vector<P2pCollective*>& active)
+      : s_(std::move(s)), esize_(dtype_size(s_.dtype)), pool_(pool), active_(active) {
+    if (s_.kind == Kind::kAllGather) {
+      phase_ = kGather;
+    } else {
+      size_t most = 0;
+      for (int q = 0; q < s_.size; ++q) most = std::max(most, count(q));
+      recv_ = pool_.acquire(std::max<size_t>(most * esize_, 1));
+      if (s_.size > 2) send_ = pool_.acquire(std::max<size_t>(most * esize_, 1));
+    }
+    start_round();
+    active_.push_back(this);
+  }
+
+  ~P2pCollective() override {
+    // As MpiRequest: complete before the buffers go away, unless an exception is unwinding (the
+    // peers may never come; MPI_Abort ends the job).
+    if (!done_ && mpi_active() && std::uncaught_exceptions() == 0) {
+      try {
+        advance(true);
+      } catch (...) {  // a destructor must not throw; wait() reports errors
+      }
+    }
+    finish();
+  }
+
+  void wait() override { advance(true); }
+
+  // Moves the schedule on: completes the current round when its messages have arrived (`block`:
+  // waits for them) and starts the next. Returns whether the collective is complete.
+  bool advance(bool block) {
+    while (!done_) {
+      if (!reqs_.empty()) {
+        if (block) {
+          check(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE),
+                "MPI_Waitall");
+        } else {
+          int flag = 0;
+          check(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE),
+                "MPI_Testall");
+          if (!flag) return false;
+        }
+        reqs_.clear();
+      }
+      end_round();
+    }
+    return true;
+  }
+
+ private:
+  static constexpr int kGather = -1;  // phase_ of the all-gather round; ring rounds are 0, 1, ...
+
+  size_t count(int q) const {
+    return s_.offsets[static_cast<size_t>(q) + 1] - s_.offsets[static_cast<size_t>(q)];
+  }
+  size_t bytes_at(int q) const { return s_.offsets[static_cast<size_t>(q)] * esize_; }
+  int mod(int q) const { return ((q % s_.size) + s_.size) % s_.size; }
+
+  void post(bool send, const void* buf, int q, int peer) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int n = mpi_count(count(q), send ? "MPI_Isend" : "MPI_Irecv");
+    const int tag = s_.tag * 2 + (phase_ == kGather ? 1 : 0);
+    if (send)
+      check(MPI_Isend(buf, n, mpi_type(s_.dtype), peer, tag, s_.comm, &r), "MPI_Isend");
+    else
+      check(MPI_Irecv(const_cast<void*>(buf), n, mpi_type(s_.dtype), peer, tag, s_.comm, &r), "MPI_Irecv");
+    reqs_.push_back(r);
+  }
+
+  void start_round() {
+    const int r = s_.rank;
+    if (phase_ == kGather) {
+      // The all-gather's result starts at out - offsets[r] for an all-reduce (out is part r).
+      char* whole = s_.kind == Kind::kAllReduce ? s_.out - bytes_at(r) : s_.out;
+      if (s_.kind == Kind::kAllGather && s_.src != whole + bytes_at(r))
+        std::memcpy(whole + bytes_at(r), s_.src, count(r) * esize_);
+      for (int q = 0; q < s_.size; ++q) {
+        if (q == r) continue;
+        post(false, whole + bytes_at(q), q, q);
+        post(true, whole + bytes_at(r), r, q);
+      }
+      return;
+    }
+    const int s = phase_;
+    const int out_part = mod(r - s - 1);
+    post(false, recv_, mod(r - s - 2), mod(r - 1));
+    post(true, s == 0 ? s_.src + bytes_at(out_part) : send_, out_part, mod(r + 1));
+  }
+
+  void end_round() {
+    const int r = s_.rank;
+    if (phase_ == kGather) {
+      done_ = true;
+      finish();
+      return;
+    }
+    const int q = mod(r - phase_ - 2);  // the part that arrived: add this rank's contribution
+    const bool last = phase_ == s_.size - 2;
+    add_arrays(s_.dtype, last ? s_.out : send_, recv_, s_.src + bytes_at(q), count(q));
+    if (!last) {
+      ++phase_;
+    } else if (s_.kind == Kind::kAllReduce) {
+      phase_ = kGather;
+    } else {
+      done_ = true;
+      finish();
+      return;
+    }
+    start_round();
+  }
+
+  // Returns the scratch and leaves the communicator's list (once).
+  void finish() {
+    if (recv_) pool_.release(std::exchange(recv_, nullptr));
+    if (send_) pool_.release(std::exchange(send_, nullptr));
+    std::erase(active_, this);
+  }
+
+  Setup s_;
+  size_t esize_;
+  ScratchPool& pool_;
+  std::vector<P2pCollective*>& active_;
+  int phase_ = 0;
+  bool done_ = false;
+  char *recv_ = nullptr, *send_ = nullptr;
+  std::vector<MPI_Request> reqs_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed in the destructor) unless it is MPI_COMM_WORLD.
@@ -107,9 +325,19 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    if (size_ > 1) {
+      check(MPI_Comm_dup(comm_, &p2p_), "MPI_Comm_dup");
+      check(MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      int* ub = nullptr;
+      int found = 0;
+      check(MPI_Comm_get_attr(p2p_, MPI_TAG_UB, &ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+      tag_limit_ = found && ub ? *ub / 2 : 16383;  // P2pCollective uses tags 2t and 2t + 1
+    }
   }
   ~MpiCommunicator() override {
-    if (comm_ != MPI_COMM_WORLD && mpi_active()) MPI_Comm_free(&comm_);
+    if (!mpi_active()) return;
+    if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -164,44 +392,44 @@ class MpiCommunicator final : public Communicator {
                                             DType dtype) override {
     if (local_copy(send, recv, count, dtype)) return std::make_unique<MpiRequest>(MPI_REQUEST_NULL, "");
     traffic_.all_gather += count * dtype_size(dtype) * static_cast<size_t>(size_);
-    const int n = mpi_count(count, "MPI_Iallgather");
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Iallgather(in_place(send, recv, count, dtype) ? MPI_IN_PLACE : send, n, mpi_type(dtype), recv,
-                         n, mpi_type(dtype), comm_, &r),
-          "MPI_Iallgather");
-    return std::make_unique<MpiRequest>(r, "MPI_Iallgather (wait)");
+    return start(P2pCollective::Kind::kAllGather, dtype, static_cast<const char*>(send),
+                 static_cast<char*>(recv), equal_parts(count));
   }
 
   std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
                                                 DType dtype) override {
-    check_reducible(dtype, "MPI_Ireduce_scatter_block");
+    check_reducible(dtype, "reduce_scatter_async");
     if (local_copy(send, recv, count, dtype)) return std::make_unique<MpiRequest>(MPI_REQUEST_NULL, "");
     traffic_.reduce_scatter += count * dtype_size(dtype) * static_cast<size_t>(size_);
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "MPI_Ireduce_scatter_block"),
-                                    mpi_type(dtype), MPI_SUM, comm_, &r),
-          "MPI_Ireduce_scatter_block");
-    return std::make_unique<MpiRequest>(r, "MPI_Ireduce_scatter_block (wait)");
+    return start(P2pCollective::Kind::kReduceScatter, dtype, static_cast<const char*>(send),
+                 static_cast<char*>(recv), equal_parts(count));
   }
 
   std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) override {
-    check_reducible(dtype, "MPI_Iallreduce");
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (size_ > 1 && count > 0) {
-      traffic_.all_reduce += count * dtype_size(dtype);
-      check(MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(count, "MPI_Iallreduce"), mpi_type(dtype), MPI_SUM,
-                           comm_, &r),
-            "MPI_Iallreduce");
-    }
-    return std::make_unique<MpiRequest>(r, "MPI_Iallreduce (wait)");
+    check_reducible(dtype, "all_reduce_async");
+    if (size_ == 1 || count == 0) return std::make_unique<MpiRequest>(MPI_REQUEST_NULL, "");
+    traffic_.all_reduce += count * dtype_size(dtype);
+    std::vector<size_t> offsets(static_cast<size_t>(size_) + 1);
+    for (size_t q = 0; q <= static_cast<size_t>(size_); ++q)
+      offsets[q] = count * q / static_cast<size_t>(size_);
+    char* whole = static_cast<char*>(data);
+    char* mine = whole + offsets[static_cast<size_t>(rank_)] * dtype_size(dtype);
+    return start(P2pCollective::Kind::kAllReduce, dtype, whole, mine, std::move(offsets));
   }
 
-  // OpenMPI moves non-blocking collectives forward only inside MPI calls (no progress thread in
-  // the TCP transport); a probe runs its progress engine without side effects.
+  // Moves every schedule in flight on (their rounds start only inside these calls and wait()); the
+  // probe also runs MPI's progress engine for anything else (OpenMPI has no progress thread for
+  // shared memory or TCP).
   void progress() override {
     if (size_ == 1) return;
-    int flag = 0;
-    check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+    if (active_.empty()) {
+      int flag = 0;
+      check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+      return;
+    }
+    // advance() may finish a collective, which leaves active_: walk a copy.
+    const std::vector<P2pCollective*> now = active_;
+    for (P2pCollective* c : now) c->advance(false);
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -224,8 +452,27 @@ class MpiCommunicator final : public Communicator {
            static_cast<const char*>(recv) + static_cast<size_t>(rank_) * count * dtype_size(dtype);
   }
 
+  std::vector<size_t> equal_parts(size_t count) const {
+    std::vector<size_t> offsets(static_cast<size_t>(size_) + 1);
+    for (size_t q = 0; q < offsets.size(); ++q) offsets[q] = q * count;
+    return offsets;
+  }
+  std::unique_ptr<Request> start(P2pCollective::Kind kind, DType dtype, const char* src, char* out,
+                                 std::vector<size_t> offsets) {
+    mpi_count(offsets.back() - offsets.front(), "non-blocking collective");
+    const int tag = static_cast<int>(sequence_++ % static_cast<uint64_t>(tag_limit_));
+    return std::make_unique<P2pCollective>(
+        P2pCollective::Setup{kind, p2p_, tag, rank_, size_, dtype, src, out, std::move(offsets)}, scratch_,
+        active_);
+  }
+
   MPI_Comm comm_;
+  MPI_Comm p2p_ = MPI_COMM_NULL;  // the non-blocking collectives' messages
   int rank_ = 0, size_ = 1;
+  int tag_limit_ = 1;
+  uint64_t sequence_ = 0;  // non-blocking collectives started: every rank counts the same
+  ScratchPool scratch_;
+  std::vector<P2pCollective*> active_;
 };
 
 const char* const kLauncherVariables[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_PROCID"};

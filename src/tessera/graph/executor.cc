@@ -197,12 +197,17 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
       if (sync_) sync_->after_node(i);
       continue;
     }
-    auto t0 = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     if (sync_) sync_->before_node(i);  // the wait for a gather counts to the node that needs it
+    const auto t1 = Clock::now();
     run(nodes[i]);
+    const auto t2 = Clock::now();
     if (sync_) sync_->after_node(i);
+    const auto t3 = Clock::now();
     ProfileRow& row = profile_[{static_cast<int>(nodes[i].op), static_cast<int>(nodes[i].phase)}];
-    row.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    row.seconds += std::chrono::duration<double>(t3 - t0).count();
+    row.sync_seconds += std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
     row.flops += node_flops(plan_.graph(), nodes[i]);
     ++row.calls;
   }
@@ -214,12 +219,17 @@ std::string Executor::profile_report() const {
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0;
   for (auto& r : rows) total += r.second.seconds;
-  std::string s = fmt::format("{:<20} {:<10} {:>7} {:>10} {:>7} {:>9}\n", "op", "phase", "calls", "seconds",
-                              "share", "GFLOP/s");
-  for (auto& [key, r] : rows)
-    s += fmt::format("{:<20} {:<10} {:>7} {:>10.3f} {:>6.1f}% {:>9.1f}\n",
+  // "sync": the collectives' share of the row (ParamSync before and after the node); GFLOP/s counts
+  // the node's own time.
+  std::string s = fmt::format("{:<20} {:<10} {:>7} {:>10} {:>7} {:>8} {:>9}\n", "op", "phase", "calls",
+                              "seconds", "share", "sync", "GFLOP/s");
+  for (auto& [key, r] : rows) {
+    const double own = r.seconds - r.sync_seconds;
+    s += fmt::format("{:<20} {:<10} {:>7} {:>10.3f} {:>6.1f}% {:>8.3f} {:>9.1f}\n",
                      op_name(static_cast<OpKind>(key.first)), kPhase[key.second], r.calls, r.seconds,
-                     100 * r.seconds / total, r.flops > 0 ? r.flops / r.seconds / 1e9 : 0.0);
+                     100 * r.seconds / total, r.sync_seconds,
+                     r.flops > 0 && own > 0 ? r.flops / own / 1e9 : 0.0);
+  }
   return s;
 }
 

@@ -77,7 +77,7 @@ class Executor {
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
   bool profiling_ = false;
   struct ProfileRow {
-    double seconds = 0, flops = 0;
+    double seconds = 0, sync_seconds = 0, flops = 0;  // sync: ParamSync's work around the node
     int64_t calls = 0;
   };
   std::map<std::pair<int, int>, ProfileRow> profile_;  // (OpKind, Phase) -> totals
