@@ -36,6 +36,8 @@ TEST(SingleProcessCommunicator, CollectivesAreIdentities) {
   auto req = c->all_gather_async(a.data(), g.data(), 3, DType::kF32);
   req->wait();
   req->wait();  // idempotent
+  c->reduce_scatter_async(a.data(), rs.data(), 3, DType::kF32, /*accumulate=*/true)->wait();
+  EXPECT_EQ(rs, (std::vector<float>{2, 4, 6}));
   double d[2] = {1.5, 2.5};
   c->all_reduce_f64(d, 2);
   EXPECT_EQ(d[1], 2.5);
@@ -131,6 +133,10 @@ TEST(MpiWorker, DISABLED_Collectives) {
     for (int q = 0; q < n; ++q) want += value(q, static_cast<size_t>(r) * count + i);
     ASSERT_EQ(part[i], want);
   }
+  // Accumulating: the sum is added to what `recv` holds (here: the sum itself, so twice it).
+  const std::vector<float> once = part;
+  w->reduce_scatter_async(send.data(), part.data(), count, DType::kF32, /*accumulate=*/true)->wait();
+  for (size_t i = 0; i < count; ++i) ASSERT_EQ(part[i], 2 * once[i]);
   double d = r + 0.25;
   w->all_reduce_f64(&d, 1, dist::ReduceOp::kMax);
   EXPECT_EQ(d, n - 1 + 0.25);
@@ -146,6 +152,7 @@ TEST(MpiWorker, DISABLED_Collectives) {
   EXPECT_EQ(few, std::vector<float>(3, static_cast<float>(n * (n + 1) / 2)));
   // Traffic: bytes of the buffers passed in (see communicator.h).
   EXPECT_EQ(w->traffic().all_gather, 2 * count * n * sizeof(float));
+  EXPECT_EQ(w->traffic().reduce_scatter, 2 * count * n * sizeof(float));
   // Split into even and odd ranks, ordered by descending rank.
   auto sub = w->split(r % 2, -r);
   EXPECT_EQ(sub->size(), (n - r % 2 + 1) / 2);

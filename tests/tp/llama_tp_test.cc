@@ -70,7 +70,7 @@ class ThreadCommunicator final : public dist::Communicator {
   std::unique_ptr<Request> all_gather_async(const void*, void*, size_t, DType) override {
     unused("all_gather_async");
   }
-  std::unique_ptr<Request> reduce_scatter_async(const void*, void*, size_t, DType) override {
+  std::unique_ptr<Request> reduce_scatter_async(const void*, void*, size_t, DType, bool) override {
     unused("reduce_scatter_async");
   }
   std::unique_ptr<Request> all_reduce_async(void*, size_t, DType) override { unused("all_reduce_async"); }

@@ -63,8 +63,10 @@ class Communicator {
 
   virtual std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count,
                                                     DType dtype) = 0;
+  // `accumulate`: recv ends with its own values plus that sum (FSDP adds each micro-step's gradient
+  // piece into the step's without a staging buffer).
   virtual std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
-                                                        DType dtype) = 0;
+                                                        DType dtype, bool accumulate = false) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum
   virtual void progress() {}
 

@@ -121,25 +121,30 @@ class MpiRequest final : public Communicator::Request {
 
 // ---- non-blocking collectives as point-to-point schedules
 
-// `dst[i] = a[i] + b[i]` for the reducible dtypes.
+// `dst[i] = a[i] + b[i]`, or with `accumulate` `dst[i] += a[i] + b[i]`, for the reducible dtypes.
 template <typename T>
-void add_arrays(void* dst, const void* a, const void* b, size_t n) {
+void add_arrays(void* dst, const void* a, const void* b, size_t n, bool accumulate) {
   T* d = static_cast<T*>(dst);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   const auto count = static_cast<int64_t>(n);
+  if (accumulate) {
 #pragma omp parallel for simd schedule(static) if (count > (int64_t{1} << 18))
-  for (int64_t i = 0; i < count; ++i) d[i] = x[i] + y[i];
+    for (int64_t i = 0; i < count; ++i) d[i] += x[i] + y[i];
+  } else {
+#pragma omp parallel for simd schedule(static) if (count > (int64_t{1} << 18))
+    for (int64_t i = 0; i < count; ++i) d[i] = x[i] + y[i];
+  }
 }
 
-void add_arrays(DType t, void* dst, const void* a, const void* b, size_t n) {
+void add_arrays(DType t, void* dst, const void* a, const void* b, size_t n, bool accumulate = false) {
   switch (t) {
     case DType::kF32:
-      return add_arrays<float>(dst, a, b, n);
+      return add_arrays<float>(dst, a, b, n, accumulate);
     case DType::kI32:
-      return add_arrays<int32_t>(dst, a, b, n);
+      return add_arrays<int32_t>(dst, a, b, n, accumulate);
     case DType::kI64:
-      return add_arrays<int64_t>(dst, a, b, n);
+      return add_arrays<int64_t>(dst, a, b, n, accumulate);
     case DType::kBF16:
       break;
   }
@@ -188,6 +193,7 @@ class P2pCollective final : public Communicator::Request {
     const char* src;  // reduce-scatter, all-reduce: every rank's input (the whole buffer)
     char* out;        // all-gather, all-reduce: the whole result; reduce-scatter: this rank's part
     std::vector<size_t> offsets;
+    bool accumulate = false;  // reduce-scatter: add the sum into `out`
   };
 
   P2pCollective(Setup s, ScratchPool& pool, std::vector<P2pCollective*>& active)
@@ -288,7 +294,7 @@ class P2pCollective final : public Communicator::Request {
     }
     const int q = mod(r - phase_ - 2);  // the part that arrived: add this rank's contribution
     const bool last = phase_ == s_.size - 2;
-    add_arrays(s_.dtype, last ? s_.out : send_, recv_, s_.src + bytes_at(q), count(q));
+    add_arrays(s_.dtype, last ? s_.out : send_, recv_, s_.src + bytes_at(q), count(q), last && s_.accumulate);
     if (!last) {
       ++phase_;
     } else if (s_.kind == Kind::kAllReduce) {
@@ -396,13 +402,20 @@ class MpiCommunicator final : public Communicator {
                  static_cast<char*>(recv), equal_parts(count));
   }
 
-  std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
-                                                DType dtype) override {
+  std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                bool accumulate) override {
     check_reducible(dtype, "reduce_scatter_async");
-    if (local_copy(send, recv, count, dtype)) return std::make_unique<MpiRequest>(MPI_REQUEST_NULL, "");
+    if (size_ == 1 || count == 0) {
+      if (accumulate && count > 0) {
+        add_arrays(dtype, recv, recv, send, count);
+      } else {
+        local_copy(send, recv, count, dtype);
+      }
+      return std::make_unique<MpiRequest>(MPI_REQUEST_NULL, "");
+    }
     traffic_.reduce_scatter += count * dtype_size(dtype) * static_cast<size_t>(size_);
     return start(P2pCollective::Kind::kReduceScatter, dtype, static_cast<const char*>(send),
-                 static_cast<char*>(recv), equal_parts(count));
+                 static_cast<char*>(recv), equal_parts(count), accumulate);
   }
 
   std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) override {
@@ -458,12 +471,12 @@ class MpiCommunicator final : public Communicator {
     return offsets;
   }
   std::unique_ptr<Request> start(P2pCollective::Kind kind, DType dtype, const char* src, char* out,
-                                 std::vector<size_t> offsets) {
+                                 std::vector<size_t> offsets, bool accumulate = false) {
     mpi_count(offsets.back() - offsets.front(), "non-blocking collective");
     const int tag = static_cast<int>(sequence_++ % static_cast<uint64_t>(tag_limit_));
     return std::make_unique<P2pCollective>(
-        P2pCollective::Setup{kind, p2p_, tag, rank_, size_, dtype, src, out, std::move(offsets)}, scratch_,
-        active_);
+        P2pCollective::Setup{kind, p2p_, tag, rank_, size_, dtype, src, out, std::move(offsets), accumulate},
+        scratch_, active_);
   }
 
   MPI_Comm comm_;

@@ -36,9 +36,16 @@ class SingleProcessCommunicator final : public Communicator {
     all_gather(send, recv, count, dtype);
     return std::make_unique<DoneRequest>();
   }
-  std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
-                                                DType dtype) override {
-    reduce_scatter(send, recv, count, dtype);
+  std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                bool accumulate) override {
+    if (!accumulate) {
+      reduce_scatter(send, recv, count, dtype);
+    } else {
+      TESSERA_CHECK(dtype == DType::kF32, ErrorKind::kInternal, "reduce_scatter_async: accumulates f32 only");
+      float* d = static_cast<float*>(recv);
+      const float* s = static_cast<const float*>(send);
+      for (size_t i = 0; i < count; ++i) d[i] += s[i];
+    }
     return std::make_unique<DoneRequest>();
   }
   std::unique_ptr<Request> all_reduce_async(void*, size_t, DType) override {

@@ -194,14 +194,6 @@ void ParamSync::wait_outer(int k) {
 
 namespace {
 
-void add_into(const Tensor& dst, const Tensor& src) {
-  float* d = dst.ptr<float>();
-  const float* s = src.ptr<float>();
-  const int64_t n = dst.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-}
-
 // The whole gradient as the reduce-scatter wants it: blocks of the pieces, one after another.
 const Tensor& grad_blocks(const Plan& plan, const ParamLayout& L) {
   const Tensor& whole = plan.view(plan.graph().value(L.param).grad);
@@ -216,10 +208,6 @@ const Tensor& grad_blocks(const Plan& plan, const ParamLayout& L) {
 void ParamSync::drain_grad_slot(Slot& s) {
   if (s.owner < 0) return;
   wait_all(s.reqs);
-  for (int k : layer_layouts_[static_cast<size_t>(s.owner)]) {
-    const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
-    add_into(plan_.state(plan_.graph().value(L.param).grad), L.reduced);
-  }
   s.owner = -1;
 }
 
@@ -238,8 +226,9 @@ void ParamSync::start_layer_reduce(int layer) {
   for (int k : layer_layouts_[static_cast<size_t>(layer)]) {
     const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
     const Tensor& src = grad_blocks(plan_, L);
-    s.reqs.push_back(fsdp_.reduce_scatter_async(src.data(), L.reduced.data(),
-                                                static_cast<size_t>(L.reduced.numel()), DType::kF32));
+    const Tensor& piece = plan_.state(plan_.graph().value(L.param).grad);  // micro-steps add up
+    s.reqs.push_back(fsdp_.reduce_scatter_async(src.data(), piece.data(), static_cast<size_t>(piece.numel()),
+                                                DType::kF32, /*accumulate=*/true));
   }
   if (!overlap_) drain_grad_slot(s);
 }

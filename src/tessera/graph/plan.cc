@@ -165,7 +165,6 @@ void Plan::place_gathered(std::vector<size_t>& slot_bytes, bool allocate) {
       }
       views_[v.grad] = c->take(v.shape, DType::kF32);
       if (L.fsdp_dim > 0) L.grad_staging = c->take(v.shape, DType::kF32);
-      if (L.layer >= 0) L.reduced = c->take(L.stored.shape, DType::kF32);
     }
     if (L.opt_parts > 1) opt_views_[v.grad] = rest.take(L.opt.shape, DType::kF32);
   }

@@ -71,11 +71,10 @@ struct ParamLayout {
   int64_t tensor_parts = 1;              // tensor parallelism: the value is one of this many slices
   dist::Piece stored;                    // this rank's piece of the master, compute copy, gradient
   dist::Piece opt;                       // this rank's piece of the optimizer state
-  // FSDP only: the values gathered for the nodes, the whole gradient's staging for the block
-  // reorder (fsdp_dim > 0), and, for decoder-layer parameters, the reduce-scatter's output (added
-  // into the stored gradient: micro-steps accumulate).
+  // FSDP only: the values gathered for the nodes and the whole gradient's staging for the block
+  // reorder (fsdp_dim > 0).
   std::vector<Gathered> gathered;
-  Tensor grad_staging, reduced;
+  Tensor grad_staging;
   bool sharded() const { return fsdp_parts > 1; }
   std::string describe(const Value& v) const;  // for the start-up log
 };
