@@ -123,6 +123,7 @@ class TensorOnlyMesh final : public dist::Mesh {
   int64_t position() const override { return tensor_.rank(); }
   int64_t num_devices() const override { return tensor_.size(); }
   dist::TrafficCounters traffic() const override { return tensor_.traffic(); }
+  size_t scratch_bytes() const override { return 0; }
   ThreadCommunicator& tensor() { return tensor_; }
 
  private:

@@ -69,6 +69,8 @@ class Communicator {
                                                         DType dtype, bool accumulate = false) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum
   virtual void progress() {}
+  // Memory this communicator holds for its non-blocking collectives' scratch (mapped once, reused).
+  virtual size_t scratch_bytes() const { return 0; }
 
   // The sub-group of the ranks that pass the same `color`, ordered by `key` (MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

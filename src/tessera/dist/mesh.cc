@@ -120,6 +120,13 @@ class MeshImpl final : public Mesh {
     return t;
   }
 
+  size_t scratch_bytes() const override {
+    size_t n = world_->scratch_bytes();
+    for (const auto& c : axis_) n += c->scratch_bytes();
+    for (const auto& [k, c] : groups_) n += c->scratch_bytes();
+    return n;
+  }
+
   std::string describe() const override {
     std::vector<std::string> sizes, coords, split;
     for (int a = 0; a < kNumMeshAxes; ++a) {

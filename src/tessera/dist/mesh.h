@@ -42,6 +42,8 @@ class Mesh {
   // The bytes this rank passed into collectives on all of the mesh's communicators since they
   // were made (the logs report differences).
   virtual TrafficCounters traffic() const = 0;
+  // The scratch held by all of the mesh's communicators (Communicator::scratch_bytes).
+  virtual size_t scratch_bytes() const = 0;
 };
 
 // Every rank's `mine`, by rank (collective over `comm`; strings of any length).

@@ -44,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -151,30 +152,37 @@ void add_arrays(DType t, void* dst, const void* a, const void* b, size_t n, bool
   fail(ErrorKind::kInternal, "no sum for dtype {}", dtype_name(t));
 }
 
-// Scratch blocks for the reduce-scatter rings: pre-faulted huge-page arenas, reused. The pool
-// grows to the most blocks in flight at once (during the first step) and then stays.
+// Scratch blocks for the rings: carved from pre-faulted huge-page chunks and reused. A released
+// block goes to a free list; a request takes the smallest free block that fits, else carves a new
+// one. Training asks for the same sizes every step, so the pool grows during the first step (to
+// the most blocks in flight at once) and then stays.
 class ScratchPool {
  public:
   char* acquire(size_t bytes) {
-    Entry* best = nullptr;
-    for (Entry& e : entries_)
-      if (!e.busy && e.arena.capacity() >= bytes && (!best || e.arena.capacity() < best->arena.capacity()))
-        best = &e;
-    if (!best) best = &entries_.emplace_back(Entry{Arena(bytes, "collective scratch"), false});
-    best->busy = true;
-    return best->arena.base();
+    bytes = (std::max<size_t>(bytes, 1) + Arena::kAlignment - 1) / Arena::kAlignment * Arena::kAlignment;
+    if (auto it = free_.lower_bound(bytes); it != free_.end()) {
+      char* p = it->second;
+      free_.erase(it);
+      return p;
+    }
+    if (chunks_.empty() || chunks_.back().capacity() - chunks_.back().used() < bytes)
+      chunks_.emplace_back(std::max(bytes, kChunk), "collective scratch");
+    char* p = static_cast<char*>(chunks_.back().allocate(bytes));
+    size_of_[p] = bytes;
+    return p;
   }
-  void release(char* p) {
-    for (Entry& e : entries_)
-      if (e.arena.base() == p) e.busy = false;
+  void release(char* p) { free_.emplace(size_of_.at(p), p); }
+  size_t bytes() const {
+    size_t n = 0;
+    for (const Arena& a : chunks_) n += a.capacity();
+    return n;
   }
 
  private:
-  struct Entry {
-    Arena arena;
-    bool busy;
-  };
-  std::vector<Entry> entries_;  // looked up by base address (an Arena keeps it when moved)
+  static constexpr size_t kChunk = size_t{16} << 20;
+  std::vector<Arena> chunks_;  // an Arena keeps its mapping when the vector moves it
+  std::multimap<size_t, char*> free_;
+  std::map<char*, size_t> size_of_;
 };
 
 // One non-blocking collective in flight (see the top of this file). Rounds start when the
@@ -444,6 +452,8 @@ class MpiCommunicator final : public Communicator {
     const std::vector<P2pCollective*> now = active_;
     for (P2pCollective* c : now) c->advance(false);
   }
+
+  size_t scratch_bytes() const override { return scratch_.bytes(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm out = MPI_COMM_NULL;

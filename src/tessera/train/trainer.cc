@@ -487,9 +487,10 @@ std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t
       "all-reduce {:.2f} MiB, broadcast {:.2f} MiB; expected from the layouts: all-gather {:.2f} MiB (less "
       "the layers still gathered when the backward pass or the next micro-step starts), reduce-scatter "
       "{:.2f} "
-      "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars)\n",
+      "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars); scratch of the non-blocking "
+      "collectives {:.2f} MiB\n",
       step, mib(t.all_gather), mib(t.reduce_scatter), mib(t.all_reduce), mib(t.broadcast), mib(e.all_gather),
-      mib(e.reduce_scatter), mib(e.all_reduce));
+      mib(e.reduce_scatter), mib(e.all_reduce), mib(mesh_->scratch_bytes()));
 }
 
 RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
