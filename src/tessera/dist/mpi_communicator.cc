@@ -211,8 +211,8 @@ class P2pCollective final : public Communicator::Request {
     } else {
       size_t most = 0;
       for (int q = 0; q < s_.size; ++q) most = std::max(most, count(q));
-      recv_ = pool_.acquire(std::max<size_t>(most * esize_, 1));
-      if (s_.size > 2) send_ = pool_.acquire(std::max<size_t>(most * esize_, 1));
+      recv_ = pool_.acquire(most * esize_);
+      if (s_.size > 2) send_ = pool_.acquire(most * esize_);
     }
     start_round();
     active_.push_back(this);
@@ -233,8 +233,8 @@ class P2pCollective final : public Communicator::Request {
   void wait() override { advance(true); }
 
   // Moves the schedule on: completes the current round when its messages have arrived (`block`:
-  // waits for them) and starts the next. Returns whether the collective is complete.
-  bool advance(bool block) {
+  // waits for them) and starts the next, until the collective is complete or a round is pending.
+  void advance(bool block) {
     while (!done_) {
       if (!reqs_.empty()) {
         if (block) {
@@ -244,13 +244,12 @@ class P2pCollective final : public Communicator::Request {
           int flag = 0;
           check(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE),
                 "MPI_Testall");
-          if (!flag) return false;
+          if (!flag) return;
         }
         reqs_.clear();
       }
       end_round();
     }
-    return true;
   }
 
  private:
@@ -448,9 +447,9 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
       return;
     }
-    // advance() may finish a collective, which leaves active_: walk a copy.
-    const std::vector<P2pCollective*> now = active_;
-    for (P2pCollective* c : now) c->advance(false);
+    // advance() may finish a collective, which then leaves active_ (only it): walking from the
+    // back visits every one without copying the list on this per-node path.
+    for (size_t i = active_.size(); i-- > 0;) active_[i]->advance(false);
   }
 
   size_t scratch_bytes() const override { return scratch_.bytes(); }
@@ -482,7 +481,6 @@ class MpiCommunicator final : public Communicator {
   }
   std::unique_ptr<Request> start(P2pCollective::Kind kind, DType dtype, const char* src, char* out,
                                  std::vector<size_t> offsets, bool accumulate = false) {
-    mpi_count(offsets.back() - offsets.front(), "non-blocking collective");
     const int tag = static_cast<int>(sequence_++ % static_cast<uint64_t>(tag_limit_));
     return std::make_unique<P2pCollective>(
         P2pCollective::Setup{kind, p2p_, tag, rank_, size_, dtype, src, out, std::move(offsets), accumulate},

@@ -11,8 +11,9 @@
 //     - FSDP parameters outside the layers are gathered once per step, all started (non-blocking)
 //       when the first pass of the step begins and each waited before its first reader.
 //     - A layer's whole FSDP gradients live in gradient slot l % 2: zeroed before the layer's
-//       first gradient node, reduce-scattered over `fsdp` (non-blocking) after its last one, and
-//       added into this rank's gradient pieces when the slot is next needed (or before the update).
+//       first gradient node, reduce-scattered over `fsdp` (non-blocking, adding into this rank's
+//       gradient pieces) after its last one, and waited for when the slot is next needed (or
+//       before the update).
 //   last micro-step (forward_backward(true))
 //     - Every other gradient starts its reduction as soon as its last writer has run: all-reduce
 //       over {data, fsdp} (whole parameters), reduce-scatter over `fsdp` (FSDP parameters outside
