@@ -1,6 +1,7 @@
 // Helpers for the multi-process tests: the mpirun command line that works on one machine without a
 // network (loopback TCP only, no binding, oversubscription allowed, --allow-run-as-root only as
-// root), running a shell command with a time limit, and reading metrics_file JSON lines.
+// root), a temporary folder, and reading metrics_file JSON lines (run_command is in
+// testing/process_util.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,26 +33,6 @@ inline std::string mpirun(int np) {
 
 inline bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
-struct CommandResult {
-  int exit_code = -1;  // the shell's exit status (124: timed out)
-  std::string output;  // stdout and stderr
-};
-
-// Runs `cmd` through /bin/sh with a time limit (coreutils timeout, SIGKILL after it).
-inline CommandResult run_command(const std::string& cmd, int timeout_s = 60) {
-  const std::string full =
-      "timeout -s KILL " + std::to_string(timeout_s) + " /bin/sh -c " + shell_quote(cmd) + " 2>&1";
-  CommandResult r;
-  FILE* p = popen(full.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (r.exit_code == 137) r.exit_code = 124;  // timeout's SIGKILL
-  return r;
 }
 
 // A fresh folder under the system's temporary folder, removed at destruction.

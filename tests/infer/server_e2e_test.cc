@@ -23,6 +23,7 @@
 #include <regex>
 
 #include "testing/process_util.h"
+#include "testing/socket_util.h"
 
 namespace tessera {
 namespace {
@@ -36,7 +37,6 @@ using testing::read_until;
 using testing::spawn;
 using testing::wait_exit_code;
 
-
 int run_to_end(const std::vector<std::string>& args, std::string& text) {
   Child c = spawn(args);
   read_until(
@@ -46,15 +46,7 @@ int run_to_end(const std::vector<std::string>& args, std::string& text) {
 }
 
 int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{20, 0};  // a hung server fails the test instead of hanging it
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  return fd;
+  return testing::connect_loopback(port, 20);
 }
 
 // Sends `request` on a new connection and reads until `done` holds or the server closes.
@@ -64,12 +56,7 @@ std::string round_trip(
   const int fd = connect_to(port);
   EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
   std::string got;
-  char buf[4096];
-  while (!done(got)) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  testing::recv_until(fd, done, got);
   ::close(fd);
   return got;
 }
@@ -79,22 +66,6 @@ std::string post(std::string_view path, std::string_view body) {
       "POST {} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
       "Connection: close\r\n\r\n{}",
       path, body.size(), body);
-}
-
-std::string python() {
-  if (const char* env = std::getenv("TESSERA_PYTHON"); env && *env) return env;
-  return "python3";
-}
-
-// Runs a shell command; returns its exit status and its output (stdout and stderr).
-int shell(const std::string& cmd, std::string& out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 constexpr int kPromptLimit = 64;  // max_prefill_predict_length
@@ -165,30 +136,26 @@ int open_stream(int port, const std::string& body, std::string& got) {
   const std::string req = post("/v1/completions", body);
   if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
     return ::close(fd), -1;
-  char buf[4096];
-  while (got.find("data: ") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return ::close(fd), -1;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  if (!testing::recv_until(
+          fd, [](const std::string& s) { return s.find("data: ") != std::string::npos; }, got))
+    return ::close(fd), -1;
   return fd;
 }
 
 // Runs tests/infer/openai_client_check.py against `url`. Returns why it was skipped (no openai
 // module), or empty after checking its exit status.
 std::string run_client_check(const std::string& url) {
-  const std::string py = python();
-  std::string out;
-  if (shell(py + " -c 'import openai'", out) != 0)
+  const std::string py = testing::test_python();
+  if (!testing::python_imports("openai"))
     return "'" + py + " -c \"import openai\"' fails: install it with `" + py +
            " -m pip install openai` (scripts/setup.sh does) or point TESSERA_PYTHON at a Python that has it";
-  out.clear();
   const std::string script =
       (fs::path(TESSERA_SOURCE_DIR) / "tests" / "infer" / "openai_client_check.py").string();
-  const int code = shell(shell_quote(py) + " " + shell_quote(script) + " " + url + " llama-test " +
-                             std::to_string(kPromptLimit) + " " + std::to_string(kContext),
-                         out);
-  EXPECT_EQ(code, 0) << out;
+  const testing::CommandResult r =
+      testing::run_command(shell_quote(py) + " " + shell_quote(script) + " " + url + " llama-test " +
+                               std::to_string(kPromptLimit) + " " + std::to_string(kContext),
+                           300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   return {};
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tessera/infer/server/http.h"
+#include "testing/socket_util.h"
 
 namespace tessera::infer::server {
 namespace {
@@ -121,15 +122,7 @@ TEST(ServerHttp, FormatsAResponse) {
 // ---- over a socket ----
 
 int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};  // a broken server fails the test instead of hanging it
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  return fd;
+  return testing::connect_loopback(port, 5);
 }
 
 void send_all(int fd, std::string_view s) {
@@ -139,12 +132,7 @@ void send_all(int fd, std::string_view s) {
 // Reads until `done` holds for what was read, or the peer closes.
 std::string read_until(int fd, const std::function<bool(const std::string&)>& done) {
   std::string got;
-  char buf[4096];
-  while (!done(got)) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  testing::recv_until(fd, done, got);
   return got;
 }
 std::string read_to_close(int fd) {

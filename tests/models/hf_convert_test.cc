@@ -565,14 +565,9 @@ TEST(Cli, UsageAndInputErrorsExitWithTheirCodes) {
 
 // --- transformers loads what Tessera writes ----------------------------------------------------
 
-std::string python() {
-  if (const char* env = std::getenv("TESSERA_PYTHON"); env && *env) return env;
-  return "python3";
-}
-
 TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
-  const std::string py = python();
-  if (std::system((py + " -c 'import torch, transformers' >/dev/null 2>&1").c_str()) != 0)
+  const std::string py = testing::test_python();
+  if (!testing::python_imports("torch, transformers"))
     GTEST_SKIP() << "'" << py
                  << " -c \"import torch, transformers\"' fails: this check needs a Python with torch "
                  << "and transformers; point TESSERA_PYTHON at one (CI's .venv-test has only tensorboard)";

@@ -1,12 +1,15 @@
-// Helpers for tests that run the built `tessera` program: where it is, shell quoting, and a child
-// process whose stdout and stderr come through one pipe, read line by line.
+// Helpers for tests that run programs: where the built `tessera` is, shell quoting, a child process
+// whose stdout and stderr come through one pipe, read line by line, a shell command with a time
+// limit, and the Python that test-only tools run under.
 #pragma once
 
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -82,6 +85,40 @@ inline int wait_exit_code(pid_t pid) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct CommandResult {
+  int exit_code = -1;  // the shell's exit status (124: timed out)
+  std::string output;  // stdout and stderr
+};
+
+// Runs `cmd` through /bin/sh with a time limit (coreutils timeout, SIGKILL after it).
+inline CommandResult run_command(const std::string& cmd, int timeout_s = 60) {
+  const std::string full =
+      "timeout -s KILL " + std::to_string(timeout_s) + " /bin/sh -c " + shell_quote(cmd) + " 2>&1";
+  CommandResult r;
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (r.exit_code == 137) r.exit_code = 124;  // timeout's SIGKILL
+  return r;
+}
+
+// The Python of the test-only tools (tensorboard, openai, torch): $TESSERA_PYTHON (scripts/test.sh
+// points it at .venv-test), else python3.
+inline std::string test_python() {
+  if (const char* env = std::getenv("TESSERA_PYTHON"); env && *env) return env;
+  return "python3";
+}
+
+// Whether test_python() can `import modules` ("torch, transformers").
+inline bool python_imports(const std::string& modules) {
+  return std::system(
+             (shell_quote(test_python()) + " -c " + shell_quote("import " + modules) + " >/dev/null 2>&1")
+                 .c_str()) == 0;
 }
 
 }  // namespace tessera::testing

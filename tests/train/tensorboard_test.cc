@@ -20,6 +20,7 @@
 #include "tessera/core/crc32c.h"
 #include "tessera/train/metrics_writer.h"
 #include "tessera/train/trainer.h"
+#include "testing/process_util.h"
 
 namespace tessera {
 namespace {
@@ -155,14 +156,9 @@ TEST(TensorBoard, EventFileDecodesFieldByField) {
   fs::remove_all(dir);
 }
 
-std::string python() {
-  if (const char* env = std::getenv("TESSERA_PYTHON"); env && *env) return env;
-  return "python3";
-}
-
 TEST(TensorBoard, TensorBoardsOwnReaderReadsTheTrainersScalars) {
-  const std::string py = python();
-  if (std::system((py + " -c 'import tensorboard' >/dev/null 2>&1").c_str()) != 0)
+  const std::string py = testing::test_python();
+  if (!testing::python_imports("tensorboard"))
     GTEST_SKIP()
         << "'" << py << " -c \"import tensorboard\"' fails: install the reader with `" << py
         << " -m pip install tensorboard` (scripts/setup.sh does) or point TESSERA_PYTHON at a Python "
