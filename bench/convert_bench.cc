@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
+#include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
-#include "tessera/data/files.h"
-#include "tessera/models/hf_config.h"
-#include "tessera/models/hf_convert.h"
-#include "tessera/models/hf_llama.h"
+#include "tessera/convert/hf_config.h"
+#include "tessera/convert/hf_convert.h"
+#include "tessera/convert/hf_llama.h"
 
 namespace {
 
@@ -72,9 +72,9 @@ void bench_kernels() {
   const Tensor dst(tessera.data(), Shape{kE, kF}, DType::kF32),
       out_bf16(hf_bf16.data(), Shape{kF, kE}, DType::kBF16);
   const double t_copy = best_of(5, [&] { std::memcpy(copy.data(), hf.data(), kN * 4); });
-  const double t_f32 = best_of(5, [&] { models::hf_to_tessera_tensor(src, true, dst, "bench", "w"); });
-  const double t_bf16 = best_of(5, [&] { models::hf_to_tessera_tensor(src_bf16, true, dst, "bench", "w"); });
-  const double t_out = best_of(5, [&] { models::tessera_to_hf_tensor(dst, true, out_bf16); });
+  const double t_f32 = best_of(5, [&] { convert::hf_to_tessera_tensor(src, true, dst, "bench", "w"); });
+  const double t_bf16 = best_of(5, [&] { convert::hf_to_tessera_tensor(src_bf16, true, dst, "bench", "w"); });
+  const double t_out = best_of(5, [&] { convert::tessera_to_hf_tensor(dst, true, out_bf16); });
   const double n = static_cast<double>(kN);
   std::printf("layout kernels, [%lld, %lld], %d threads (GB/s = bytes read + written / time)\n",
               static_cast<long long>(kF), static_cast<long long>(kE), omp_get_max_threads());
@@ -89,8 +89,8 @@ void bench_kernels() {
 }
 
 // A Hugging Face folder of a Llama in bfloat16 with deterministic weights.
-models::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
-  models::HfLlamaConfig c;
+convert::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
+  convert::HfLlamaConfig c;
   c.hidden_size = 768;
   c.intermediate_size = 2048;
   c.num_hidden_layers = quick ? 2 : 12;
@@ -110,7 +110,7 @@ models::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
   std::vector<std::vector<uint16_t>> storage;
   std::vector<NamedTensor> tensors;
   uint32_t seed = 0;
-  for (const models::HfName& m : models::llama_hf_names(spec)) {
+  for (const convert::HfName& m : convert::llama_hf_names(spec)) {
     Shape s{E};
     if (m.hf.ends_with("embed_tokens.weight"))
       s = Shape{c.vocab_size, E};
@@ -133,7 +133,7 @@ models::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
   }
   fs::create_directories(dir);
   write_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  data::write_file(dir / "config.json", models::hf_config_json(c, "bfloat16", nullptr, 2048).dump(2));
+  write_file_atomically(dir / "config.json", convert::hf_config_json(c, "bfloat16", nullptr, 2048).dump(2));
   return c;
 }
 
@@ -150,19 +150,19 @@ double write_floor(const fs::path& path, int64_t bytes) {
 void bench_end_to_end(const fs::path& root, bool quick) {
   const fs::path hf = root / "hf", t = root / "tessera", back = root / "hf_back";
   write_hf_model(hf, quick);
-  models::ConvertReport r;
+  convert::ConvertReport r;
   const double t_in = seconds_of([&] {
-    models::HfToTesseraOptions o;
+    convert::HfToTesseraOptions o;
     o.hf_dir = hf;
     o.out_dir = t;
-    r = models::convert_hf_to_tessera(o);
+    r = convert::convert_hf_to_tessera(o);
   });
   const double t_out = seconds_of([&] {
-    models::TesseraToHfOptions o;
+    convert::TesseraToHfOptions o;
     o.checkpoint = t;
     o.out_dir = back;
     o.dtype = "bfloat16";
-    models::convert_tessera_to_hf(o);
+    convert::convert_tessera_to_hf(o);
   });
   const int64_t p = r.params;
   const double floor_in = write_floor(root / "floor.safetensors", 4 * p);

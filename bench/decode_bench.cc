@@ -10,7 +10,7 @@
 // stream can run somewhat faster than the triad (two reads and a write), and weights that fit the
 // last-level cache in part can beat the bound outright.
 //
-// Prefill is compute-bound: tokens/s, and MFU against the calibrated peak (train/peak.h; for bf16
+// Prefill is compute-bound: tokens/s, and MFU against the calibrated peak (backends/cpu/peak.h; for bf16
 // the larger of the bf16 dot-product and f32 FMA peaks, since bf16 products may run on either) of the
 // FLOPs a prefill needs: every layer's projections for all prompt rows except the last layer's
 // output projection and MLP (only the last row's output is used), causal attention, and the last
@@ -51,7 +51,7 @@
 #include "tessera/ops/attention.h"
 #include "tessera/ops/gemv.h"
 #include "tessera/ops/matmul.h"
-#include "tessera/train/peak.h"
+#include "tessera/backends/cpu/peak.h"
 
 namespace tessera {
 namespace {
@@ -251,7 +251,7 @@ double decode_rate(infer::Engine& e, int slots, int steps, std::vector<float>& l
 }
 
 EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt, double triad,
-                      const train::DevicePeak& peak) {
+                      const cpu::DevicePeak& peak) {
   const models::ModelSpec spec = model_spec(model, dtype_from_name(dt));
   const int64_t prefill_len = o.quick ? 64 : 256, prompt = 16;
   const int steps1 = o.quick ? 16 : 64, stepsb = o.quick ? 4 : 16;
@@ -291,7 +291,7 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
 }
 
 void engine_section(const Options& o, double triad) {
-  const train::DevicePeak peak = train::calibrate_cpu_peak();
+  const cpu::DevicePeak peak = cpu::calibrate_cpu_peak();
   fmt::print("\n## Engine: decode against the bandwidth bound, prefill, batched decode\n\n");
   fmt::print("peak (calibrated): f32 {:.0f} GFLOP/s, bf16 {:.0f} GFLOP/s; triad {:.1f} GB/s\n\n",
              peak.f32_flops / 1e9, peak.bf16_flops / 1e9, triad);

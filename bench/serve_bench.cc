@@ -147,7 +147,7 @@ int bench_main(int argc, char** argv) {
   Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml",
                            std::vector<std::string>{"model_name=" + o.model, "dtype=" + o.dtype,
                                                     "max_target_length=" + std::to_string(context)});
-  models::ModelSpec spec = train::model_spec_from_config(cfg);
+  models::ModelSpec spec = models::model_spec_from_config(cfg);
   fmt::print(
       "serve_bench: {} ({:.1f}M parameters, {}), {} threads, {} requests arriving together, prompts of {} "
       "tokens, completions of {}, {}, {} and {} tokens in turn\n",

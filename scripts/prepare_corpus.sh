@@ -7,9 +7,8 @@
 #    missing ones: running again downloads nothing); nothing is installed on the system.
 # 2. `dpkg-deb -x` unpacks them into $BUILD_DIR/pd-en-debs/unpacked/, with a PACKAGES file listing
 #    "<package> <version>" for SOURCES.md.
-# 3. Tessera's converter (src/tessera/data/corpus_pd_en.cc) writes OUT_DIR/train/*.txt,
-#    OUT_DIR/validation/persuasion.txt and OUT_DIR/SOURCES.md: through `tessera prepare-corpus` when
-#    the binary has that command, else through the test that drives the same library function.
+# 3. Tessera's corpus tool (tools/corpus/, built as tessera-corpus) writes OUT_DIR/train/*.txt,
+#    OUT_DIR/validation/persuasion.txt and OUT_DIR/SOURCES.md.
 # Needs a configured build ($BUILD_DIR, default build): it builds the program it runs. See docs/data.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,11 +44,6 @@ for p in "${packages[@]}"; do
   echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >> "$WORK/unpacked/PACKAGES"
 done
 
-if [ -x "$BUILD_DIR/tessera" ] && "$BUILD_DIR/tessera" --help 2>/dev/null | grep -q prepare-corpus; then
-  "$BUILD_DIR/tessera" prepare-corpus "$WORK/unpacked" "$OUT"
-else
-  ninja -C "$BUILD_DIR" test_data >/dev/null
-  TESSERA_PD_EN_UNPACKED="$WORK/unpacked" TESSERA_PD_EN_OUT="$OUT" \
-    "$BUILD_DIR/test_data" --gtest_filter=Corpus.RealPdEn --gtest_brief=1
-fi
+[ -x "$BUILD_DIR/tessera-corpus" ] || cmake --build "$BUILD_DIR" --target tessera-corpus >/dev/null
+"$BUILD_DIR/tessera-corpus" "$WORK/unpacked" "$OUT"
 echo "prepare_corpus: $(du -sb "$OUT/train" | cut -f1) bytes of training text, $(du -sb "$OUT/validation" | cut -f1) bytes of validation text in $OUT (sources: $OUT/SOURCES.md)"

@@ -1,5 +1,5 @@
 // The whole-model tools on a checkpoint written by several ranks: `mpirun -np 2 tessera train`
-// with FSDP writes per-rank piece files; train::WholeParameters puts them together, so
+// with FSDP writes per-rank piece files; checkpoint::WholeParameters puts them together, so
 // `tessera decode` (greedy) prints the same completion as from the one-process run's checkpoint of
 // the same training, and `tessera convert --to hf` writes the same weights. Training itself is
 // compared rank against rank in parallel_train_test.cc; here the two checkpoints hold parameters
@@ -12,7 +12,7 @@
 
 #include "dist_test_util.h"
 #include "tessera/core/safetensors.h"
-#include "tessera/train/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -54,10 +54,10 @@ TEST(ShardedCheckpointTools, DecodeAndConvertReadTheRanksPieces) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const fs::path one_ckpt = dir.path / "one" / "checkpoints" / "2";
   const fs::path fsdp_ckpt = dir.path / "fsdp" / "checkpoints" / "2";
-  ASSERT_FALSE(fs::exists(fsdp_ckpt / train::kParamsFile)) << "expected per-rank piece files";
+  ASSERT_FALSE(fs::exists(fsdp_ckpt / checkpoint::kParamsFile)) << "expected per-rank piece files";
 
   // The pieces put together have every parameter at its whole shape and the one-process values.
-  train::WholeParameters whole(fsdp_ckpt), ref(one_ckpt);
+  checkpoint::WholeParameters whole(fsdp_ckpt), ref(one_ckpt);
   ASSERT_EQ(whole.names(), ref.names());
   for (const std::string& n : ref.names()) {
     const Tensor a = whole.get(n), b = ref.get(n);

@@ -103,7 +103,7 @@ class DecodeCli : public ::testing::Test {
   static std::string always(int32_t token) {
     const std::vector<std::string> overrides = {"model_name=llama-test", "per_device_batch_size=1"};
     Config cfg = load_config(kSource / "configs" / "base.yml", overrides);
-    const models::ModelSpec spec = train::model_spec_from_config(cfg);
+    const models::ModelSpec spec = models::model_spec_from_config(cfg);
     std::vector<std::vector<float>> data;
     std::vector<NamedTensor> tensors;
     for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {

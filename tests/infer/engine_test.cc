@@ -386,7 +386,7 @@ TEST(LlamaEngine, LoadsParameterFilesAndRefusesOtherModels) {
                                               "dtype=float32",
                                               "logits_via_embedding=false"};
   Config cfg = load_config(std::filesystem::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", overrides);
-  const models::ModelSpec spec = train::model_spec_from_config(cfg);
+  const models::ModelSpec spec = models::model_spec_from_config(cfg);
   Reference ref(spec, 13, 21);
   std::vector<NamedTensor> tensors;
   for (const auto& [name, t] : ref.params()) tensors.push_back({name, t});

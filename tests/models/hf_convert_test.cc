@@ -17,7 +17,8 @@
 // magnitude ~1 (goldens) and 1.7e-5 on ~7 (trained models), i.e. <= 6e-6 relative. The bound is
 // 1e-5 relative plus 1e-5 absolute (for logits near 0). Dropping Llama 3.1 scaling or the sliding
 // window moves logits by 1e-2 or more, far outside it.
-#include "tessera/models/hf_convert.h"
+#include "tessera/core/file.h"
+#include "tessera/convert/hf_convert.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -30,13 +31,12 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
-#include "tessera/data/files.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/graph/executor.h"
-#include "tessera/models/hf_config.h"
-#include "tessera/models/hf_llama.h"
+#include "tessera/convert/hf_config.h"
+#include "tessera/convert/hf_llama.h"
 #include "tessera/models/llama.h"
-#include "tessera/train/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
 #include "testing/process_util.h"
@@ -61,22 +61,22 @@ struct TempDir {
 };
 
 // Hugging Face folder -> Tessera checkpoint folder.
-models::ConvertReport to_tessera(const fs::path& hf, const fs::path& out, const std::string& dtype = "") {
-  models::HfToTesseraOptions o;
+convert::ConvertReport to_tessera(const fs::path& hf, const fs::path& out, const std::string& dtype = "") {
+  convert::HfToTesseraOptions o;
   o.hf_dir = hf;
   o.out_dir = out;
   o.dtype = dtype;
-  return models::convert_hf_to_tessera(o);
+  return convert::convert_hf_to_tessera(o);
 }
 
 // Tessera checkpoint -> Hugging Face folder, with `edit` setting further options.
-models::ConvertReport to_hf(const fs::path& checkpoint, const fs::path& out,
-                            const std::function<void(models::TesseraToHfOptions&)>& edit = {}) {
-  models::TesseraToHfOptions o;
+convert::ConvertReport to_hf(const fs::path& checkpoint, const fs::path& out,
+                            const std::function<void(convert::TesseraToHfOptions&)>& edit = {}) {
+  convert::TesseraToHfOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out;
   if (edit) edit(o);
-  return models::convert_tessera_to_hf(o);
+  return convert::convert_tessera_to_hf(o);
 }
 
 // The message of the Error `f` throws, checked to be of `kind`.
@@ -102,7 +102,7 @@ std::vector<double> tessera_logits(Config cfg, const fs::path& checkpoint, const
   cfg.per_device_batch_size = static_cast<double>(B);
   cfg.max_target_length = T;
   cfg.dtype = "float32";
-  const models::ModelSpec spec = train::model_spec_from_config(cfg);
+  const models::ModelSpec spec = models::model_spec_from_config(cfg);
   graph::Graph g;
   const models::DecoderInputs in = models::build_llama(g, spec);
   graph::Plan plan(std::move(g), graph::PlanOptions{.remat_policy = "none"});
@@ -112,7 +112,7 @@ std::vector<double> tessera_logits(Config cfg, const fs::path& checkpoint, const
   rc.max_positions = T;
   if (spec.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
   graph::Executor exec(plan, std::make_unique<ops::RopeTable>(rc));
-  train::restore_checkpoint(plan, checkpoint, train::RestoreKind::kParams);
+  checkpoint::restore_checkpoint(plan, checkpoint, checkpoint::RestoreKind::kParams);
   auto* tok = plan.view(in.tokens).ptr<int32_t>();
   auto* tgt = plan.view(in.targets).ptr<int32_t>();
   auto* pos = plan.view(in.positions).ptr<int32_t>();
@@ -152,7 +152,7 @@ Config converted_config(const fs::path& out) {
 
 // Every tensor of two Hugging Face folders has the same name, dtype, shape and bytes.
 void expect_same_tensors(const fs::path& a, const fs::path& b) {
-  const models::HfCheckpoint x(a), y(b);
+  const convert::HfCheckpoint x(a), y(b);
   ASSERT_EQ(x.names(), y.names());
   for (const std::string& n : x.names()) {
     const Tensor s = x.get(n), t = y.get(n);
@@ -167,11 +167,11 @@ class Import : public ::testing::TestWithParam<const char*> {};
 TEST_P(Import, TesseraGivesTransformersLogits) {
   const std::string name = GetParam();
   TempDir tmp;
-  const models::ConvertReport r = to_tessera(kGolden / name, tmp / "t");
+  const convert::ConvertReport r = to_tessera(kGolden / name, tmp / "t");
   EXPECT_EQ(r.files, (std::vector<std::string>{"params.safetensors", "manifest.json", "model.yml"}));
   EXPECT_TRUE(r.skipped.empty());
   EXPECT_FALSE(fs::exists(tmp / "t.tmp"));
-  train::verify_checkpoint(tmp / "t");
+  checkpoint::verify_checkpoint(tmp / "t");
   const GoldenLogits g(name);
   const std::vector<double> got = tessera_logits(converted_config(tmp / "t"), tmp / "t", g.tokens, g.B, g.T);
   EXPECT_TRUE(testing::all_close(got, g.logits(), kRtol, kAtol));
@@ -199,7 +199,7 @@ TEST(Import, ModelYamlHoldsEachFamilysKeys) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     to_tessera(kGolden / c.name, tmp / c.name);
-    const std::string yml = data::read_file(tmp / c.name / "model.yml");
+    const std::string yml = read_file(tmp / c.name / "model.yml");
     for (const std::string& line : c.lines)
       EXPECT_NE(yml.find("\n" + line + "\n"), std::string::npos) << line << "\n" << yml;
   }
@@ -216,12 +216,12 @@ TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
     const fs::path t = tmp / (std::string(name) + "_t"), h = tmp / (std::string(name) + "_h");
     to_tessera(kGolden / name, t);
     // No config given: the manifest's; no dtype: model.yml's, which came from config.json.
-    const models::ConvertReport r = to_hf(t, h);
+    const convert::ConvertReport r = to_hf(t, h);
     EXPECT_EQ(r.files, (std::vector<std::string>{"model.safetensors", "config.json"}));
     expect_same_tensors(kGolden / name, h);
-    const json a = models::read_json_file((kGolden / name / "config.json").string());
-    const json b = models::read_json_file((h / "config.json").string());
-    EXPECT_EQ(models::parse_hf_config(a, "a"), models::parse_hf_config(b, "b"));
+    const json a = convert::read_json_file((kGolden / name / "config.json").string());
+    const json b = convert::read_json_file((h / "config.json").string());
+    EXPECT_EQ(convert::parse_hf_config(a, "a"), convert::parse_hf_config(b, "b"));
     for (const char* key : {"max_position_embeddings", "bos_token_id", "eos_token_id", "initializer_range"})
       EXPECT_EQ(a[key], b[key]) << key;
     const std::string dtype = a.contains("torch_dtype") ? a["torch_dtype"] : a["dtype"];
@@ -232,8 +232,8 @@ TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
 TEST(Export, Bfloat16RoundsEachTensorToNearestEven) {
   TempDir tmp;
   to_tessera(kGolden / "llama_gqa", tmp / "t");
-  to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) { o.dtype = "bfloat16"; });
-  const models::HfCheckpoint orig(kGolden / "llama_gqa"), bf(tmp / "h");
+  to_hf(tmp / "t", tmp / "h", [&](convert::TesseraToHfOptions& o) { o.dtype = "bfloat16"; });
+  const convert::HfCheckpoint orig(kGolden / "llama_gqa"), bf(tmp / "h");
   ASSERT_EQ(orig.names(), bf.names());
   for (const std::string& n : orig.names()) {
     const Tensor a = orig.get(n), b = bf.get(n);
@@ -242,16 +242,16 @@ TEST(Export, Bfloat16RoundsEachTensorToNearestEven) {
     for (int64_t i = 0; i < a.numel(); ++i)
       ASSERT_EQ(b.ptr<uint16_t>()[i], f32_to_bf16(a.ptr<float>()[i])) << n << "[" << i << "]";
   }
-  EXPECT_EQ(models::read_json_file((tmp / "h" / "config.json").string())["torch_dtype"], "bfloat16");
+  EXPECT_EQ(convert::read_json_file((tmp / "h" / "config.json").string())["torch_dtype"], "bfloat16");
 }
 
 TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
   TempDir tmp;
   to_tessera(kGolden / "llama_gqa", tmp / "t");
   constexpr uint64_t kMax = 20000;  // bytes; the largest tensor (the 61 x 40 embedding) has 9760
-  const models::ConvertReport r =
-      to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) { o.max_shard_bytes = kMax; });
-  const json index = models::read_json_file((tmp / "h" / "model.safetensors.index.json").string());
+  const convert::ConvertReport r =
+      to_hf(tmp / "t", tmp / "h", [&](convert::TesseraToHfOptions& o) { o.max_shard_bytes = kMax; });
+  const json index = convert::read_json_file((tmp / "h" / "model.safetensors.index.json").string());
   std::set<std::string> shards;
   for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
   ASSERT_GT(shards.size(), 3u);
@@ -270,8 +270,8 @@ TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
   expect_same_tensors(kGolden / "llama_gqa", tmp / "h");
   // And the sharded folder imports to the same Tessera parameters.
   to_tessera(tmp / "h", tmp / "t2");
-  EXPECT_EQ(data::read_file(tmp / "t" / "params.safetensors"),
-            data::read_file(tmp / "t2" / "params.safetensors"));
+  EXPECT_EQ(read_file(tmp / "t" / "params.safetensors"),
+            read_file(tmp / "t2" / "params.safetensors"));
 }
 
 // The layout conversions against a direct loop, on sizes that leave partial 64 x 64 tiles.
@@ -283,20 +283,20 @@ TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
     const std::vector<double> v = testing::fill_uniform(hf, 3), vb = testing::fill_uniform(hf_bf16, 4);
     testing::OwnedTensor t(Shape{cols, rows}, DType::kF32), plain(Shape{rows, cols}, DType::kF32);
     // Import: [out, in] -> [in, out], from float32 and from bfloat16 (exact).
-    models::hf_to_tessera_tensor(hf, true, t, "f", "w");
+    convert::hf_to_tessera_tensor(hf, true, t, "f", "w");
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], v[r * cols + c]);
-    models::hf_to_tessera_tensor(hf_bf16, true, t, "f", "w");
+    convert::hf_to_tessera_tensor(hf_bf16, true, t, "f", "w");
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], vb[r * cols + c]);
-    models::hf_to_tessera_tensor(hf_bf16, false, plain, "f", "w");
+    convert::hf_to_tessera_tensor(hf_bf16, false, plain, "f", "w");
     EXPECT_EQ(testing::to_vector(plain), vb);
     // Export: back to [out, in] in float32 (exact) and bfloat16 (nearest even).
     testing::OwnedTensor back(Shape{rows, cols}, DType::kF32), back_bf16(Shape{rows, cols}, DType::kBF16);
-    models::hf_to_tessera_tensor(hf, true, t, "f", "w");
-    models::tessera_to_hf_tensor(t, true, back);
+    convert::hf_to_tessera_tensor(hf, true, t, "f", "w");
+    convert::tessera_to_hf_tensor(t, true, back);
     EXPECT_EQ(testing::to_vector(back), v);
-    models::tessera_to_hf_tensor(t, true, back_bf16);
+    convert::tessera_to_hf_tensor(t, true, back_bf16);
     for (int64_t i = 0; i < rows * cols; ++i)
       ASSERT_EQ(back_bf16.t.ptr<uint16_t>()[i], f32_to_bf16(static_cast<float>(v[i])));
   }
@@ -304,21 +304,21 @@ TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
   testing::OwnedTensor a(Shape{3, 4}, DType::kF32), b(Shape{3, 4}, DType::kF32),
       i32(Shape{4, 3}, DType::kI32);
   EXPECT_TRUE(has(
-      error_of([&] { models::hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+      error_of([&] { convert::hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
       "x.safetensors: tensor 'w' has shape [3, 4], but the model needs [4, 3]"));
   EXPECT_TRUE(has(
-      error_of([&] { models::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+      error_of([&] { convert::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
       "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
 }
 
 TEST(ByteSize, ReadsTransformersUnits) {
-  EXPECT_EQ(models::parse_byte_size("5GB"), 5'000'000'000u);
-  EXPECT_EQ(models::parse_byte_size("500MB"), 500'000'000u);
-  EXPECT_EQ(models::parse_byte_size("2GiB"), 2ull << 30);
-  EXPECT_EQ(models::parse_byte_size("12kb"), 12'000u);
-  EXPECT_EQ(models::parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(convert::parse_byte_size("5GB"), 5'000'000'000u);
+  EXPECT_EQ(convert::parse_byte_size("500MB"), 500'000'000u);
+  EXPECT_EQ(convert::parse_byte_size("2GiB"), 2ull << 30);
+  EXPECT_EQ(convert::parse_byte_size("12kb"), 12'000u);
+  EXPECT_EQ(convert::parse_byte_size("4096"), 4096u);
   for (const char* bad : {"", "GB", "0", "5 TB", "1.5GB", "-3"})
-    EXPECT_NE(error_of([&] { models::parse_byte_size(bad); }, ErrorKind::kConfig).find("--max-shard-size"),
+    EXPECT_NE(error_of([&] { convert::parse_byte_size(bad); }, ErrorKind::kConfig).find("--max-shard-size"),
               std::string::npos)
         << bad;
 }
@@ -331,9 +331,9 @@ struct BrokenCopy {
     fs::create_directories(dir);
     for (const auto& e : fs::directory_iterator(kGolden / name))
       fs::copy_file(e.path(), dir / e.path().filename());
-    config = models::read_json_file((dir / "config.json").string());
+    config = convert::read_json_file((dir / "config.json").string());
   }
-  void write_config() const { data::write_file(dir / "config.json", config.dump(2)); }
+  void write_config() const { write_file_atomically(dir / "config.json", config.dump(2)); }
   // Rewrites model.safetensors through `edit` (which may add, drop or replace tensors).
   void edit_tensors(const std::function<void(std::vector<NamedTensor>&)>& edit) const {
     std::vector<NamedTensor> ts;
@@ -361,7 +361,7 @@ TEST(Import, CopiesTheTokenizerAndPointsModelYamlAtIt) {
   BrokenCopy bpe(tmp, "llama_tied");
   const fs::path fixture = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
   for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(fixture / f, bpe.dir / f);
-  const models::ConvertReport r = to_tessera(bpe.dir, tmp / "bpe");
+  const convert::ConvertReport r = to_tessera(bpe.dir, tmp / "bpe");
   EXPECT_EQ(r.files, (std::vector<std::string>{"params.safetensors", "manifest.json", "model.yml",
                                                "vocab.json", "merges.txt"}));
   const Config cfg = converted_config(tmp / "bpe");
@@ -369,12 +369,12 @@ TEST(Import, CopiesTheTokenizerAndPointsModelYamlAtIt) {
   EXPECT_EQ(fs::path(cfg.tokenizer_path), fs::absolute(tmp / "bpe"));
   EXPECT_FALSE(data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path)->encode("hello world").empty());
   // tokenizer.model (SentencePiece: Llama 2, Mistral) is preferred and copied as it is.
-  data::write_file(bpe.dir / "tokenizer.model", "sentencepiece bytes");
+  write_file_atomically(bpe.dir / "tokenizer.model", "sentencepiece bytes");
   to_tessera(bpe.dir, tmp / "sp");
   const Config sp = converted_config(tmp / "sp");
   EXPECT_EQ(sp.tokenizer_type, "sentencepiece");
   EXPECT_EQ(fs::path(sp.tokenizer_path), fs::absolute(tmp / "sp" / "tokenizer.model"));
-  EXPECT_EQ(data::read_file(sp.tokenizer_path), "sentencepiece bytes");
+  EXPECT_EQ(read_file(sp.tokenizer_path), "sentencepiece bytes");
   EXPECT_FALSE(fs::exists(tmp / "sp" / "vocab.json"));
 }
 
@@ -449,7 +449,7 @@ TEST(ImportErrors, UnknownExtraTensorIsAnErrorButInvFreqIsSkipped) {
     ts.push_back(
         {"model.layers.0.self_attn.rotary_emb.inv_freq", Tensor(extra.data(), Shape{5}, DType::kF32)});
   });
-  const models::ConvertReport r = to_tessera(c.dir, tmp / "ok");
+  const convert::ConvertReport r = to_tessera(c.dir, tmp / "ok");
   ASSERT_EQ(r.skipped.size(), 1u);
   EXPECT_TRUE(has(r.skipped[0], "model.layers.0.self_attn.rotary_emb.inv_freq")) << r.skipped[0];
   c.edit_tensors([&](std::vector<NamedTensor>& ts) {
@@ -472,10 +472,10 @@ TEST(ImportErrors, TiedHeadMustEqualTheEmbedding) {
 TEST(ImportErrors, NonEmptyOutputFolderIsRefused) {
   TempDir tmp;
   fs::create_directories(tmp / "out");
-  data::write_file(tmp / "out" / "keep.txt", "mine");
+  write_file_atomically(tmp / "out" / "keep.txt", "mine");
   const std::string e = error_of([&] { to_tessera(kGolden / "llama_gqa", tmp / "out"); }, ErrorKind::kConfig);
   EXPECT_TRUE(has(e, "exists and is not an empty folder")) << e;
-  EXPECT_EQ(data::read_file(tmp / "out" / "keep.txt"), "mine");
+  EXPECT_EQ(read_file(tmp / "out" / "keep.txt"), "mine");
 }
 
 TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
@@ -483,7 +483,7 @@ TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
   to_tessera(kGolden / "llama_gqa", tmp / "t");
   std::string e = error_of(
       [&] {
-        to_hf(tmp / "t", tmp / "h", [](models::TesseraToHfOptions& o) { o.overrides = {"base_mlp_dim=55"}; });
+        to_hf(tmp / "t", tmp / "h", [](convert::TesseraToHfOptions& o) { o.overrides = {"base_mlp_dim=55"}; });
       },
       ErrorKind::kConfig);
   EXPECT_TRUE(
@@ -493,7 +493,7 @@ TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
       << e;
   e = error_of(
       [&] {
-        to_hf(tmp / "t", tmp / "h", [&](models::TesseraToHfOptions& o) {
+        to_hf(tmp / "t", tmp / "h", [&](convert::TesseraToHfOptions& o) {
           o.overrides = {"attention_type=local_sliding", "sliding_window_size=4"};
         });
       },
@@ -503,7 +503,7 @@ TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
   EXPECT_TRUE(has(e, "a bare parameter file carries no config")) << e;
   // With --config it converts.
   to_hf(tmp / "t" / "params.safetensors", tmp / "h",
-        [&](models::TesseraToHfOptions& o) { o.config_file = tmp / "t" / "model.yml"; });
+        [&](convert::TesseraToHfOptions& o) { o.config_file = tmp / "t" / "model.yml"; });
   expect_same_tensors(kGolden / "llama_gqa", tmp / "h");
 }
 
@@ -519,7 +519,7 @@ ProgramRun run_tessera(const TempDir& tmp, const std::vector<std::string>& args)
   for (const std::string& a : args) cmd.append(" ").append(testing::shell_quote(a));
   cmd.append(" >").append(testing::shell_quote((tmp / "run.txt").string())).append(" 2>&1");
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, data::read_file(tmp / "run.txt")};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(tmp / "run.txt")};
 }
 
 TEST(Cli, ConvertThenTrainTheConvertedModel) {
@@ -593,7 +593,7 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
   constexpr int64_t B = 2, T = 11;
   std::vector<int32_t> tokens(B * T);
   for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % 512);
-  data::write_file(tmp / "tokens.bin",
+  write_file_atomically(tmp / "tokens.bin",
                    std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
   std::string cmd = py + " " +
                     testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
@@ -609,7 +609,7 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
     }
     const fs::path ckpt = tmp / "runs" / cfg.run_name / "checkpoints" / "2";
     const fs::path hf = tmp / ("hf_" + cfg.run_name);
-    to_hf(ckpt, hf, [&](models::TesseraToHfOptions& o) { o.max_shard_bytes = m == 1 ? 40000u : 1u << 30; });
+    to_hf(ckpt, hf, [&](convert::TesseraToHfOptions& o) { o.max_shard_bytes = m == 1 ? 40000u : 1u << 30; });
     want.push_back(tessera_logits(cfg, ckpt, tokens, B, T));
     cmd += " " + testing::shell_quote(hf.string()) + " " +
            testing::shell_quote((tmp / (cfg.run_name + ".f32")).string());
@@ -617,13 +617,13 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
   EXPECT_TRUE(fs::exists(tmp / "hf_mistral" / "model.safetensors.index.json"));
   cmd += " >" + testing::shell_quote((tmp / "py.txt").string()) + " 2>&1";
   const int status = std::system(cmd.c_str());
-  const std::string py_out = data::read_file(tmp / "py.txt");
+  const std::string py_out = read_file(tmp / "py.txt");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << py_out;
   EXPECT_TRUE(has(py_out, "LlamaForCausalLM torch.float32")) << py_out;
   EXPECT_TRUE(has(py_out, "MistralForCausalLM torch.float32")) << py_out;
   for (size_t m = 0; m < models.size(); ++m) {
     SCOPED_TRACE(models[m][0]);
-    const std::string bytes = data::read_file(tmp / (m == 0 ? "llama.f32" : "mistral.f32"));
+    const std::string bytes = read_file(tmp / (m == 0 ? "llama.f32" : "mistral.f32"));
     ASSERT_EQ(bytes.size(), want[m].size() * 4);
     std::vector<double> got(want[m].size());
     for (size_t i = 0; i < got.size(); ++i) {

@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "testing/process_util.h"
-#include "tessera/train/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -115,7 +115,7 @@ TEST_F(CheckpointCli, KilledRunResumesWithBitIdenticalLosses) {
   const Exit e = wait_for(c.pid);
   ASSERT_TRUE(saw) << "the run ended before step 12:\n" << text;
   ASSERT_EQ(e.signal, SIGKILL) << "the run finished before the kill landed:\n" << text;
-  const std::vector<int64_t> left = train::list_checkpoints(dir_ / "runs" / "killed" / "checkpoints");
+  const std::vector<int64_t> left = checkpoint::list_checkpoints(dir_ / "runs" / "killed" / "checkpoints");
   ASSERT_FALSE(left.empty());  // 10 if its background write finished before the kill, else 5
 
   text.clear();
@@ -164,7 +164,7 @@ TEST_F(CheckpointCli, SigtermSavesAndExitsZero) {
   EXPECT_NE(text.find("checkpoint " + std::to_string(steps) + ": saved to " + ckpt.string()),
             std::string::npos)
       << text;
-  const nlohmann::json m = train::verify_checkpoint(ckpt);
+  const nlohmann::json m = checkpoint::verify_checkpoint(ckpt);
   EXPECT_EQ(m["step"].get<int64_t>(), steps);
   // Started again, it continues from there.
   std::vector<std::string> again = train_args(

@@ -4,7 +4,7 @@
 // they promise; a checkpoint of another model is a kConfig error naming the file and the tensor;
 // max_num_checkpoints_to_keep deletes the oldest. The kill-and-resume test of the real program is
 // in checkpoint_cli_test.cc.
-#include "tessera/train/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -111,8 +111,8 @@ TEST_F(Checkpoints, SynchronousSavesResumeExactlyToo) {
 
 TEST_F(Checkpoints, ManifestDescribesTheCheckpoint) {
   run(config("m", {"steps=5"}));
-  const nlohmann::json m = train::verify_checkpoint(ckpt("m", 5));
-  EXPECT_EQ(m["format_version"], train::kCheckpointFormatVersion);
+  const nlohmann::json m = checkpoint::verify_checkpoint(ckpt("m", 5));
+  EXPECT_EQ(m["format_version"], checkpoint::kCheckpointFormatVersion);
   EXPECT_EQ(m["step"], 5);
   // The data iterator's state: 5 steps of per_device_batch_size rows drawn in epoch 0.
   const int64_t rows = 5 * 2;  // per_device_batch_size=2
@@ -161,7 +161,7 @@ TEST_F(Checkpoints, TruncatedOrCorruptCheckpointFallsBackToThePreviousOne) {
   EXPECT_NE(log.find("20.tmp (a save that did not finish)"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "t" / "checkpoints" / "20.tmp"));
   // The resumed run saved 10, 15 and 16 again over the bad ones; they verify now.
-  for (int64_t s : {10, 15, 16}) EXPECT_NO_THROW(train::verify_checkpoint(ckpt("t", s))) << s;
+  for (int64_t s : {10, 15, 16}) EXPECT_NO_THROW(checkpoint::verify_checkpoint(ckpt("t", s))) << s;
 }
 
 TEST_F(Checkpoints, NoIntactCheckpointIsAnError) {
@@ -179,7 +179,7 @@ TEST_F(Checkpoints, NoIntactCheckpointIsAnError) {
 TEST_F(Checkpoints, KeepsOnlyTheNewest) {
   std::string log;
   run(config("keep", {"steps=20", "max_num_checkpoints_to_keep=2", "async_checkpointing=false"}), &log);
-  EXPECT_EQ(train::list_checkpoints(dir_ / "runs" / "keep" / "checkpoints"), (std::vector<int64_t>{15, 20}));
+  EXPECT_EQ(checkpoint::list_checkpoints(dir_ / "runs" / "keep" / "checkpoints"), (std::vector<int64_t>{15, 20}));
   EXPECT_NE(log.find("checkpoints: deleted 5"), std::string::npos) << log;
 }
 

@@ -1,4 +1,4 @@
-// `tessera convert`: its options (CLI11) and its body, which calls models/hf_convert.h and reports
+// `tessera convert`: its options (CLI11) and its body, which calls convert/hf_convert.h and reports
 // what it wrote. The layouts, the field map and the errors are documented in docs/convert.md.
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -7,7 +7,7 @@
 
 #include "tessera/cli/commands.h"
 #include "tessera/core/error.h"
-#include "tessera/models/hf_convert.h"
+#include "tessera/convert/hf_convert.h"
 
 namespace tessera::cli {
 
@@ -48,7 +48,7 @@ CLI::App* add_convert_command(CLI::App& app, ConvertArgs& a) {
 
 namespace {
 
-void print_report(const models::ConvertReport& r, std::ostream& out) {
+void print_report(const convert::ConvertReport& r, std::ostream& out) {
   fmt::print(out, "  wrote {}: {}\n", r.out_dir.string(), fmt::join(r.files, ", "));
   fmt::print(out, "  {} parameter tensors, {} parameters\n", r.tensors, r.params);
   for (const std::string& s : r.skipped) fmt::print(out, "  skipped {}\n", s);
@@ -70,8 +70,8 @@ int convert(const ConvertArgs& a, std::ostream& out) {
     refuse(!a.config_file.empty(), "--config");
     refuse(!a.overrides.empty(), "key=value overrides");
     refuse(!a.max_shard_size.empty(), "--max-shard-size");
-    const models::ConvertReport r =
-        models::convert_hf_to_tessera({.hf_dir = a.source, .out_dir = a.out_dir, .dtype = a.dtype});
+    const convert::ConvertReport r =
+        convert::convert_hf_to_tessera({.hf_dir = a.source, .out_dir = a.out_dir, .dtype = a.dtype});
     fmt::print(out, "tessera convert: Hugging Face {} ({}) -> Tessera checkpoint\n", a.source,
                r.model.model_type);
     print_report(r, out);
@@ -82,13 +82,13 @@ int convert(const ConvertArgs& a, std::ostream& out) {
         r.dtype, a.out_dir, a.out_dir);
     return kExitOk;
   }
-  models::TesseraToHfOptions o{.checkpoint = a.source,
+  convert::TesseraToHfOptions o{.checkpoint = a.source,
                                .out_dir = a.out_dir,
                                .config_file = a.config_file,
                                .overrides = a.overrides,
                                .dtype = a.dtype};
-  if (!a.max_shard_size.empty()) o.max_shard_bytes = models::parse_byte_size(a.max_shard_size);
-  const models::ConvertReport r = models::convert_tessera_to_hf(o);
+  if (!a.max_shard_size.empty()) o.max_shard_bytes = convert::parse_byte_size(a.max_shard_size);
+  const convert::ConvertReport r = convert::convert_tessera_to_hf(o);
   fmt::print(out, "tessera convert: Tessera checkpoint {} -> Hugging Face ({}, {})\n", a.source,
              r.model.model_type, r.dtype);
   print_report(r, out);

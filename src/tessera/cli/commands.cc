@@ -11,13 +11,12 @@
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
-#include "tessera/data/corpus_pd_en.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
-#include "tessera/train/sample.h"
+#include "tessera/cli/sample.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -241,13 +240,13 @@ void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& 
   // runs the forward passes (their collectives need all; tensor ranks gather the logits' row).
   if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0) {
     auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
-    train::SampleOptions so{.prompt = cfg.prompt,
+    SampleOptions so{.prompt = cfg.prompt,
                             .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
                             .strategy = cfg.decode_sampling_strategy,
                             .temperature = cfg.decode_sampling_temperature,
                             .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
-    fmt::print(log, "sample ({}): {}\n", cfg.decode_sampling_strategy, train::sample_text(trainer, *tok, so));
+    fmt::print(log, "sample ({}): {}\n", cfg.decode_sampling_strategy, sample_text(trainer, *tok, so));
   }
 }
 
@@ -295,15 +294,6 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
       "prepare-data: {} documents, {} tokens from {:.1f} MB of text into {} shards under {} ({:.1f} s)\n",
       r.documents, r.tokens, static_cast<double>(r.bytes) / 1e6, r.shards.size(), o.out_dir.string(),
       r.seconds);
-  return kExitOk;
-}
-
-int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out) {
-  data::CorpusReport r = data::build_pd_en(unpacked_dir, out_dir);
-  for (const auto& f : r.files)
-    fmt::print(out, "  {:<48} {:>10} bytes  ({})\n", f.path.string(), f.bytes, f.package);
-  fmt::print(out, "prepare-corpus: pd-en written to {}: {:.1f} MB train, {:.1f} MB validation\n", out_dir,
-             static_cast<double>(r.train_bytes) / 1e6, static_cast<double>(r.validation_bytes) / 1e6);
   return kExitOk;
 }
 

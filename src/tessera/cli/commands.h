@@ -66,9 +66,6 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 // (timings, stop reasons) on `err`.
 int decode(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 
-// `tessera prepare-corpus UNPACKED_DIR OUT_DIR`: the pd-en corpus from unpacked Debian packages
-// (scripts/prepare_corpus.sh downloads and unpacks them).
-int prepare_corpus(const std::string& unpacked_dir, const std::string& out_dir, std::ostream& out);
 
 // `tessera convert --from hf|tessera --to tessera|hf SOURCE OUT_DIR [options] [key=value ...]`
 // (cmd_convert.cc; docs/convert.md).

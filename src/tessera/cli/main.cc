@@ -52,11 +52,6 @@ int main(int argc, char** argv) {
   CLI::App* decode_cmd = app.add_subcommand(
       "decode", "Complete `prompt` (or prompts_file) with the model at load_parameters_path, using a KV cache.");
   add_config_args(decode_cmd, args);
-  std::string unpacked_dir, corpus_out;
-  CLI::App* corpus_cmd =
-      app.add_subcommand("prepare-corpus", "Convert unpacked Debian packages into the pd-en corpus (see scripts/prepare_corpus.sh).");
-  corpus_cmd->add_option("UNPACKED_DIR", unpacked_dir, "folder holding the unpacked .deb files")->required();
-  corpus_cmd->add_option("OUT_DIR", corpus_out, "folder to write train/ and validation/ into")->required();
   ConvertArgs conv;
   CLI::App* convert_cmd = add_convert_command(app, conv);
   CLI::App* serve_cmd = app.add_subcommand(
@@ -87,7 +82,6 @@ int main(int argc, char** argv) {
         if (tok_cmd->parsed()) return train_tokenizer(args, std::cout);
         if (prep_cmd->parsed()) return prepare_data(args, std::cout, std::cerr);
         if (decode_cmd->parsed()) return decode(args, std::cout, std::cerr);
-        if (corpus_cmd->parsed()) return prepare_corpus(unpacked_dir, corpus_out, std::cout);
         if (convert_cmd->parsed()) return convert(conv, std::cout);
         if (serve_cmd->parsed()) return serve(args, std::cout);
         for (const auto& [sub, command] : planned)

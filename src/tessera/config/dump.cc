@@ -11,6 +11,7 @@
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera {
 namespace {
@@ -84,47 +85,6 @@ void append_derived(std::string& out, const Config& cfg) {
   for (const auto& [name, v] : values) out += fmt::format("# {}: {}\n", name, v);
   out += fmt::format("# ici_parallelism: {}\n", mesh_line(cfg.ici_parallelism));
   out += fmt::format("# dcn_parallelism: {}\n", mesh_line(cfg.dcn_parallelism));
-}
-
-[[noreturn]] void io_error(std::string_view what, const fs::path& path, int err) {
-  fail(ErrorKind::kIo, "cannot {} '{}': {}", what, path.string(), std::strerror(err));
-}
-
-// Writes `text` to `path` so that readers see the old file or the whole new one, never a part:
-// a temporary file in the same folder, fsync, rename over the target, fsync of the folder.
-void write_file_atomically(const fs::path& path, std::string_view text) {
-  fs::path tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("create", tmp, errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_error("write", tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    io_error("write", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    io_error("rename into place", path, err);
-  }
-  int dir = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
-                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);  // makes the rename durable; a failure here loses nothing already written
-    ::close(dir);
-  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected; the checksum of iSCSI, ext4 and
-// TFRecord): checksums of checkpoint files (train/checkpoint.h), of token shards (data/shard.h)
+// TFRecord): checksums of checkpoint files (checkpoint/checkpoint.h), of token shards (data/shard.h)
 // and the record framing of TensorBoard event files (train/tensorboard.h).
 //
 // Two implementations of the same function: the SSE4.2 `crc32` instruction, 8 bytes per

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera {
 
@@ -121,34 +122,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot create: {}", tmp, std::strerror(errno));
-  auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        fail(ErrorKind::kIo, "{}: write failed: {}", tmp, std::strerror(err));
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
+  // Written through a temporary name and renamed into place (core/file.h): a crash leaves the old
+  // file or the whole new one.
+  AtomicFileWriter out(path);
   uint64_t n = h.size();
-  put(&n, 8);
-  put(h.data(), h.size());
-  for (const auto& nt : tensors) put(nt.tensor.data(), nt.tensor.nbytes());
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail(ErrorKind::kIo, "{}: fsync/close failed: {}", tmp, std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail(ErrorKind::kIo, "cannot rename {} to {}: {}", tmp, path, std::strerror(errno));
+  out.append(&n, 8);
+  out.append(h);
+  for (const auto& nt : tensors) out.append(nt.tensor.data(), nt.tensor.nbytes());
+  out.commit();
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/data/files.h"
 
 namespace tessera::data {

@@ -1,12 +1,9 @@
-// Files under the data part: resolving a dataset path (a file, a folder or a glob) to a sorted list
-// of files, a read-only memory mapping, and a writer that never leaves a half-written file under
-// the final name (temporary name, fsync, rename, fsync of the folder).
+// Resolving a dataset path (a file, a folder or a glob) to a sorted list of files. Mapping, reading
+// and durable writing of files are core's (core/file.h).
 //
 // Every failure throws tessera::Error(kIo) naming the file and what went wrong.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -25,53 +22,5 @@ namespace tessera::data {
 // for.
 std::vector<std::filesystem::path> resolve_data_files(std::string_view spec,
                                                       std::span<const std::string_view> extensions);
-
-// A whole file mapped read-only. Empty files map to an empty span.
-class MappedFile {
- public:
-  explicit MappedFile(const std::filesystem::path& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
-  size_t size() const { return size_; }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
-};
-
-// Writes `path` through a temporary file in the same folder; commit() flushes, fsyncs and renames
-// it into place. Destroyed without commit() (an exception on the way), it removes the temporary
-// file and leaves any previous file at `path` untouched. Appends are buffered.
-class AtomicFileWriter {
- public:
-  explicit AtomicFileWriter(const std::filesystem::path& path);
-  ~AtomicFileWriter();
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-
-  void append(const void* data, size_t n);
-  void append(std::string_view s) { append(s.data(), s.size()); }
-  // Overwrites bytes already appended (e.g. a header written last); flushes the buffer first.
-  void write_at(uint64_t offset, const void* data, size_t n);
-  uint64_t size() const { return written_ + buffer_.size(); }
-  void commit();
-
- private:
-  void flush();
-  std::filesystem::path path_, tmp_path_;
-  int fd_ = -1;
-  uint64_t written_ = 0;
-  std::string buffer_;
-};
-
-// The whole file as bytes. Throws kIo.
-std::string read_file(const std::filesystem::path& path);
-// Writes `text` to `path` atomically.
-void write_file(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace tessera::data

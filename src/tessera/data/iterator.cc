@@ -11,6 +11,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/documents.h"
+#include "tessera/data/files.h"
 #include "tessera/data/shard.h"
 #include "tessera/data/tokenizer.h"
 

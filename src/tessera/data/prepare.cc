@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/data/documents.h"
-#include "tessera/data/files.h"
 #include "tessera/data/shard.h"
 
 namespace tessera::data {
@@ -105,7 +105,7 @@ PrepareReport prepare_data(const PrepareDataOptions& o, const Tokenizer& tokeniz
       {"shards", shard_list},
   };
   for (const fs::path& f : files) manifest["inputs"].push_back(f.string());
-  write_file(o.out_dir / "manifest.json", manifest.dump(2) + "\n");
+  write_file_atomically(o.out_dir / "manifest.json", manifest.dump(2) + "\n");
   remove_stale_shards(o.out_dir, o.shard_prefix, report.shards.size());
 
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

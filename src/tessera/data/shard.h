@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
 
 namespace tessera::data {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "tessera/core/error.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
 
 namespace tessera::data {
 namespace fs = std::filesystem;

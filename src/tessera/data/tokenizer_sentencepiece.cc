@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/data/documents.h"
-#include "tessera/data/files.h"
 
 namespace tessera::data {
 namespace {
@@ -149,14 +149,14 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& o)
   const auto lst = sp->LoadFromSerializedProto(proto);
   if (!lst.ok())
     fail(ErrorKind::kRuntime, "the trained SentencePiece model does not load: {}", lst.ToString());
-  write_file(o.model_path, proto);
+  write_file_atomically(o.model_path, proto);
   // The .vocab file SentencePiece's own trainer writes: piece <tab> score, one per id.
   std::string vocab;
   for (int i = 0; i < sp->GetPieceSize(); ++i)
     vocab += fmt::format("{}\t{}\n", sp->IdToPiece(i), sp->GetScore(i));
   std::filesystem::path vocab_path = o.model_path;
   vocab_path.replace_extension(".vocab");
-  write_file(vocab_path, vocab);
+  write_file_atomically(vocab_path, vocab);
 
   SentencePieceTrainReport r;
   r.sentences = lines.sentences();

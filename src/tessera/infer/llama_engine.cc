@@ -54,7 +54,7 @@
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/norm.h"
 #include "tessera/ops/rope.h"
-#include "tessera/train/peak.h"
+#include "tessera/backends/cpu/peak.h"
 
 namespace tessera::infer {
 
@@ -179,7 +179,7 @@ class LlamaEngine final : public Engine {
 bool onednn_for_bf16() {
   static const bool use = [] {
     if (!isa_supported(Isa::kAvx512)) return false;
-    const train::DevicePeak p = train::calibrate_cpu_peak(0.02);
+    const cpu::DevicePeak p = cpu::calibrate_cpu_peak(0.02);
     return p.bf16_flops > 2.0 / 3.0 * p.f32_flops;
   }();
   return use;

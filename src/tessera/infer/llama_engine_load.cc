@@ -1,12 +1,12 @@
 // make_engine(cfg, options) (llama_engine.h): the model from the config, its parameters from
 // load_parameters_path, checked against the model before anything is copied.
 //
-// The checks are those of a parameters-only restore (train/checkpoint.h): a folder is verified
+// The checks are those of a parameters-only restore (checkpoint/checkpoint.h): a folder is verified
 // (manifest, sizes, CRC32C) before its parameter files are read; a bare safetensors file has no
 // manifest; either way every parameter of the model must be present, float32 and of its shape,
 // and nothing else may be there. A one-file checkpoint stays mapped while the engine converts each
 // tensor into its own layout and dtype (no copy in memory); the piece files of a job of several
-// ranks are put together first (train::WholeParameters).
+// ranks are put together first (checkpoint::WholeParameters).
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -14,8 +14,8 @@
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/infer/llama_engine.h"
-#include "tessera/train/checkpoint.h"
-#include "tessera/train/trainer.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/models/model_spec.h"
 
 namespace tessera::infer {
 
@@ -24,14 +24,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // The parameters of `path`: a verified checkpoint folder (one file or per-rank pieces), or the file.
-std::unique_ptr<train::WholeParameters> open_parameters(const std::string& path) {
+std::unique_ptr<checkpoint::WholeParameters> open_parameters(const std::string& path) {
   if (!fs::is_regular_file(path) && !fs::is_directory(path))
     fail(ErrorKind::kIo, "load_parameters_path={}: no such checkpoint folder or parameter file", path);
-  return std::make_unique<train::WholeParameters>(path);
+  return std::make_unique<checkpoint::WholeParameters>(path);
 }
 
 // Every parameter of the model is in `file`, float32, of its shape; nothing else is.
-void check_parameters(const train::WholeParameters& file, const std::vector<std::pair<std::string, Shape>>& want) {
+void check_parameters(const checkpoint::WholeParameters& file, const std::vector<std::pair<std::string, Shape>>& want) {
   std::set<std::string> names;
   for (const auto& [name, shape] : want) {
     names.insert(name);
@@ -67,14 +67,14 @@ std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& opti
     fail(ErrorKind::kConfig, "hardware={}: the engine runs on the cpu", cfg.hardware);
   if (cfg.scan_layers)
     fail(ErrorKind::kConfig, "scan_layers=true (stacked layer parameters) is not in this build yet");
-  const models::ModelSpec spec = train::model_spec_from_config(cfg);
+  const models::ModelSpec spec = models::model_spec_from_config(cfg);
   EngineOptions o = options;
   if (o.max_target_length == 0) o.max_target_length = cfg.max_target_length;
   if (o.max_prefill_length == 0) o.max_prefill_length = cfg.max_prefill_predict_length;
   if (o.max_prefill_length > o.max_target_length)  // before the file is read: a config error comes first
     fail(ErrorKind::kConfig, "max_prefill_predict_length={} must be at most max_target_length={}",
          o.max_prefill_length, o.max_target_length);
-  const std::unique_ptr<train::WholeParameters> file = open_parameters(cfg.load_parameters_path);
+  const std::unique_ptr<checkpoint::WholeParameters> file = open_parameters(cfg.load_parameters_path);
   check_parameters(*file, llama_parameter_shapes(spec));
   return make_engine(spec, o, [&](const std::string& name) { return file->get(name); });
 }

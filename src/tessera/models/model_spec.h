@@ -1,11 +1,12 @@
 // ModelSpec: the resolved dimensions and choices of a decoder, derived from the config once
-// (config/ fills it; models/ reads it). Names follow MaxText's derived keys.
+// (model_spec_from_config, below) and read by the model code. Names follow MaxText's derived keys.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tessera/config/config.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::models {
@@ -44,5 +45,8 @@ struct ModelSpec {
   // micro-step (calculate_tflops_training_per_device); recomputation is not counted.
   double training_flops_per_step() const;
 };
+
+// The decoder a config asks for; throws kConfig naming the key when the model code cannot build it.
+ModelSpec model_spec_from_config(const Config& cfg);
 
 }  // namespace tessera::models

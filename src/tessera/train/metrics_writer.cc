@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera::train {
 
@@ -41,15 +42,7 @@ MetricsFile::MetricsFile(const fs::path& path, int64_t start_step) : path_(path)
     // Keep the earlier steps' lines: write them to a temporary name and rename it over the file,
     // so that a crash here leaves the old file or the new one, never a half-written one.
     const std::string kept = kept_lines(path, start_step);
-    const fs::path tmp = fs::path(path.string() + ".tmp");
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << kept;
-      if (!out.flush())
-        fail(ErrorKind::kIo, "metrics_file '{}': cannot write {}", path.string(), tmp.string());
-    }
-    fs::rename(tmp, path, ec);
-    if (ec) fail(ErrorKind::kIo, "metrics_file '{}': cannot replace it: {}", path.string(), ec.message());
+    write_file_atomically(path, kept);
   }
   file_ = std::fopen(path.c_str(), start_step > 0 ? "ab" : "wb");
   if (!file_) fail(ErrorKind::kIo, "metrics_file '{}': cannot open: {}", path.string(), std::strerror(errno));

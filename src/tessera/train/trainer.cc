@@ -104,40 +104,6 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-models::ModelSpec model_spec_from_config(const Config& cfg) {
-  models::ModelSpec s;
-  s.decoder_block = cfg.decoder_block;
-  s.emb_dim = cfg.emb_dim;
-  s.num_query_heads = cfg.num_query_heads;
-  s.num_kv_heads = cfg.num_kv_heads;
-  s.head_dim = cfg.head_dim;
-  s.mlp_dim = cfg.mlp_dim;
-  s.num_decoder_layers = cfg.num_decoder_layers;
-  s.vocab_size = cfg.vocab_size;
-  s.norm_eps = cfg.normalization_layer_epsilon;
-  s.logits_via_embedding = cfg.logits_via_embedding;
-  s.rope_theta = static_cast<double>(cfg.rope_max_timescale);
-  s.rope_type = cfg.rope_type;
-  // MaxText's meaning: the window applies to attention_type=local_sliding layers only.
-  if (cfg.attention_type != "local_sliding" && cfg.sliding_window_size > 0)
-    fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
-         cfg.sliding_window_size, cfg.attention_type);
-  s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
-  if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
-    fail(ErrorKind::kConfig,
-         "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
-         fmt::join(cfg.mlp_activations, ", "));
-  s.mlp_activation = cfg.mlp_activations[0];
-  s.dtype = dtype_from_name(cfg.dtype);
-  const double pdb = cfg.per_device_batch_size;
-  if (pdb < 1 || std::floor(pdb) != pdb)
-    fail(ErrorKind::kConfig,
-         "per_device_batch_size={}: Tessera trains whole sequences per device (an integer >= 1)", pdb);
-  s.batch = static_cast<int64_t>(pdb);
-  s.seq = cfg.max_target_length;
-  return s;
-}
-
 Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(cfg), log_(log), mesh_(mesh) {
   const auto t0 = Clock::now();
   reject_unbuilt_options(cfg);
@@ -162,7 +128,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc), mesh_);
   // A run that will load its parameters (its own checkpoint, or a load path) skips the init: the
   // load overwrites every parameter, and a failed load stops the run.
-  const bool will_load = (cfg.enable_checkpointing && !list_checkpoints(checkpoint_root(cfg)).empty()) ||
+  const bool will_load = (cfg.enable_checkpointing && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg)).empty()) ||
                          !cfg.load_parameters_path.empty() || !cfg.load_full_state_path.empty();
   const auto t_init = Clock::now();
   if (!will_load) models::init_params(*plan_, static_cast<uint64_t>(cfg.init_weights_seed));
@@ -180,7 +146,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   if (cfg.device_peak_tflops > 0) {
     peak_flops_ = cfg.device_peak_tflops * 1e12;
   } else {
-    peak_ = calibrate_cpu_peak();
+    peak_ = cpu::calibrate_cpu_peak();
     peak_flops_ = peak_.for_dtype(compute);
   }
   startup_seconds_ = since(t0);
@@ -208,7 +174,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
 
 // The model of this rank (its tensor slice, its rows of the batch) and its plan on the mesh.
 void Trainer::build_plan() {
-  spec_ = model_spec_from_config(cfg_);
+  spec_ = models::model_spec_from_config(cfg_);
   models::set_tensor_parallel(spec_, cfg_, mesh_->coord(MeshAxis::kTensor));
   // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
   // data x fsdp ranks (tensor ranks share their rows).
@@ -268,16 +234,16 @@ void Trainer::restore_state() {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_, mesh_);
     info = checkpointer_->restore_latest();
     what = "resumed from checkpoint";
-  } else if (!cfg_.run_name.empty() && !list_checkpoints(checkpoint_root(cfg_)).empty()) {
+  } else if (!cfg_.run_name.empty() && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg_)).empty()) {
     log_ << fmt::format(
         "note: {} holds checkpoints, but enable_checkpointing=false: not resuming from them\n",
-        checkpoint_root(cfg_).string());
+        checkpoint::checkpoint_root(cfg_).string());
   }
   if (!info && !cfg_.load_parameters_path.empty()) {
-    info = restore_checkpoint(*plan_, cfg_.load_parameters_path, RestoreKind::kParams);
+    info = checkpoint::restore_checkpoint(*plan_, cfg_.load_parameters_path, checkpoint::RestoreKind::kParams);
     what = "parameters loaded (optimizer state fresh) from";
   } else if (!info && !cfg_.load_full_state_path.empty()) {
-    info = restore_checkpoint(*plan_, cfg_.load_full_state_path, RestoreKind::kFullState);
+    info = checkpoint::restore_checkpoint(*plan_, cfg_.load_full_state_path, checkpoint::RestoreKind::kFullState);
     what = "full state loaded from";
   }
   // Every rank must have restored the same step (they read the same folder; a rank that saw
@@ -289,7 +255,7 @@ void Trainer::restore_state() {
     if (steps[0] != -steps[1])
       fail(ErrorKind::kRuntime,
            "the ranks restored different checkpoints (steps {} to {}): do they all see {}?", -steps[1],
-           steps[0], checkpoint_root(cfg_).string());
+           steps[0], checkpoint::checkpoint_root(cfg_).string());
   }
   if (!info) return;
   step_ = info->step;

@@ -34,9 +34,9 @@
 #include "tessera/dist/mesh.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/llama.h"
-#include "tessera/train/checkpoint.h"
+#include "tessera/train/checkpointer.h"
 #include "tessera/train/metrics_writer.h"
-#include "tessera/train/peak.h"
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/train/schedule.h"
 #include "tessera/train/tensorboard.h"
 
@@ -59,8 +59,6 @@ struct RunResult {
   int64_t step = 0;     // completed steps when run() returned
   int stop_signal = 0;  // SIGTERM or SIGINT when a signal stopped the run early, else 0
 };
-
-models::ModelSpec model_spec_from_config(const Config& cfg);
 
 class Trainer {
  public:
@@ -109,7 +107,7 @@ class Trainer {
   std::unique_ptr<graph::Plan> plan_;
   std::unique_ptr<graph::Executor> exec_;
   LrSchedule schedule_;
-  DevicePeak peak_;
+  cpu::DevicePeak peak_;
   double peak_flops_ = 0;
   int64_t step_ = 0;
   double startup_seconds_ = 0;

@@ -22,7 +22,7 @@
 //
 // Checking that a kernel vectorised: its loops use zmm registers in the AVX-512 object (ymm in
 // the AVX2 one) and it calls no libm function. In the build tree, for example:
-//   objdump -d -C CMakeFiles/tessera_lib.dir/src/tessera/backends/cpu/norm_kernels_avx512.cc.o
+//   objdump -d -C CMakeFiles/tessera_backends.dir/src/tessera/backends/cpu/norm_kernels_avx512.cc.o
 //
 // Left out: log, sin/cos (RoPE tables are built once in double with libm).
 #pragma once

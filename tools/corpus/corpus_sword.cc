@@ -1,5 +1,5 @@
 // SWORD zText modules (corpus_sword.h).
-#include "tessera/data/corpus_sword.h"
+#include "corpus/corpus_sword.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,10 +7,10 @@
 #include <string_view>
 
 #include "tessera/core/error.h"
-#include "tessera/data/corpus_rdata.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
+#include "corpus/corpus_rdata.h"
 
-namespace tessera::data {
+namespace tessera::corpus {
 namespace fs = std::filesystem;
 
 namespace {
@@ -228,4 +228,4 @@ std::vector<SwordBook> read_sword_ztext(const fs::path& module_dir) {
   return books;
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

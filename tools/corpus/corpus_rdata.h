@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tessera::data {
+namespace tessera::corpus {
 
 // SEXP types (R Internals, "Serialization formats").
 enum RType : int {
@@ -73,4 +73,4 @@ std::string gunzip_file(const std::filesystem::path& path);
 std::string gunzip(std::string_view data, std::string_view where);
 std::string zlib_inflate(std::string_view data, uint64_t size, std::string_view where);
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

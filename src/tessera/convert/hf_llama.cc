@@ -1,4 +1,4 @@
-#include "tessera/models/hf_llama.h"
+#include "tessera/convert/hf_llama.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,9 @@
 #include "tessera/core/error.h"
 #include "tessera/models/init.h"
 
-namespace tessera::models {
+namespace tessera::convert {
+
+using models::ModelSpec;
 
 std::vector<HfName> llama_hf_names(const ModelSpec& s) {
   std::vector<HfName> out = {{"token_embedder.embedding", "model.embed_tokens.weight", false}};
@@ -114,7 +116,7 @@ void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst) 
   convert_layout(src, dst, transpose);  // src [in, out] -> dst [out, in] when transposed
 }
 
-void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file,
+void load_hf_llama(graph::Plan& plan, const models::ModelSpec& spec, const SafetensorsFile& file,
                    const std::string& prefix) {
   std::map<std::string, graph::ValueId> by_name;
   const auto& values = plan.graph().values();
@@ -126,7 +128,7 @@ void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFi
     hf_to_tessera_tensor(file.get(prefix + m.hf), m.transpose, plan.view(it->second), file.path(),
                          prefix + m.hf);
   }
-  sync_compute_copies(plan);
+  models::sync_compute_copies(plan);
 }
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

@@ -1,5 +1,5 @@
 // Hugging Face config.json <-> Tessera model keys, for the Llama family (LlamaForCausalLM,
-// MistralForCausalLM). `tessera convert` (models/hf_convert.h) uses both directions.
+// MistralForCausalLM). `tessera convert` (convert/hf_convert.h) uses both directions.
 //
 // Field map (config.json -> Tessera key):
 //   model_type llama | mistral          decoder_block llama2 | mistral
@@ -35,7 +35,7 @@
 
 #include "tessera/config/config.h"
 
-namespace tessera::models {
+namespace tessera::convert {
 
 // Llama 3.1's RoPE scaling, the only one Tessera builds (ops::Llama3RopeScaling's defaults).
 inline constexpr double kLlama3RopeFactor = 8.0;
@@ -85,4 +85,4 @@ HfLlamaConfig hf_config_from_tessera(const Config& cfg);
 nlohmann::json hf_config_json(const HfLlamaConfig& hf, const std::string& dtype, const nlohmann::json& source,
                               int64_t max_positions);
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

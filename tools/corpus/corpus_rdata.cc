@@ -1,5 +1,5 @@
 // R serialisation and lazy-load databases (corpus_rdata.h), and the gzip/zlib helpers.
-#include "tessera/data/corpus_rdata.h"
+#include "corpus/corpus_rdata.h"
 
 #include <zlib.h>
 
@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
 
-namespace tessera::data {
+namespace tessera::corpus {
 namespace {
 
 // Serialisation codes of the special objects and references (R's serialize.c).
@@ -414,4 +414,4 @@ RObject RLazyLoadDb::get(const std::string& name) const {
   return r_unserialize(bytes, where);
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

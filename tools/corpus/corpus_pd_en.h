@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::data {
+namespace tessera::corpus {
 
 struct CorpusFile {
   std::filesystem::path path;  // relative to out_dir
@@ -47,4 +47,4 @@ struct CorpusReport {
 // malformed file (or the `bible` program's failure).
 CorpusReport build_pd_en(const std::string& unpacked_dir, const std::string& out_dir);
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

@@ -2,8 +2,7 @@
 // lazy-load database built the way R lays it out, the SWORD zText reader on a module written here,
 // build_pd_en on a miniature unpacked tree (a stand-in `bible` program, a zText module, R databases,
 // a dictd file, a gzipped text), and, when TESSERA_PD_EN_UNPACKED
-// names the real unpacked packages, the real conversion (also the driver scripts/prepare_corpus.sh
-// uses until the CLI has `tessera prepare-corpus`: with TESSERA_PD_EN_OUT it writes there).
+// names the real unpacked packages, the real conversion (with TESSERA_PD_EN_OUT it writes there).
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -11,19 +10,19 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data_test_util.h"
+#include "data/data_test_util.h"
 #include "tessera/core/error.h"
-#include "tessera/data/corpus_pd_en.h"
-#include "tessera/data/corpus_rdata.h"
-#include "tessera/data/corpus_sword.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
+#include "corpus/corpus_pd_en.h"
+#include "corpus/corpus_rdata.h"
+#include "corpus/corpus_sword.h"
 
-namespace tessera::data {
+namespace tessera::corpus {
 namespace {
 
 namespace fs = std::filesystem;
 
-using testing::TempDir;
+using data::testing::TempDir;
 
 // Writes R's XDR serialisation (R Internals, "Serialization formats"): big-endian ints, each item a
 // flags word (type | has-attribute 1<<9 | has-tag 1<<10 | gp levels << 12) and its payload.
@@ -136,8 +135,8 @@ void write_lazyload(const fs::path& prefix,
   idx.logical(true);          // compressed
   idx.names_attribute({"variables", "references", "compressed"});
   fs::create_directories(prefix.parent_path());
-  write_file(fs::path(prefix.string() + ".rdb"), rdb);
-  write_file(fs::path(prefix.string() + ".rdx"), gzip(idx.bytes()));
+  write_file_atomically(fs::path(prefix.string() + ".rdb"), rdb);
+  write_file_atomically(fs::path(prefix.string() + ".rdx"), gzip(idx.bytes()));
 }
 
 TEST(RData, ReadsVectorsAttributesReferencesAndEncodings) {
@@ -204,9 +203,9 @@ void write_ztext(const fs::path& dir, std::string_view testament, const std::vec
   }
   fs::create_directories(dir);
   const std::string t(testament);
-  write_file(dir / (t + ".bzs"), bzs);
-  write_file(dir / (t + ".bzz"), bzz);
-  write_file(dir / (t + ".bzv"), bzv);
+  write_file_atomically(dir / (t + ".bzs"), bzs);
+  write_file_atomically(dir / (t + ".bzz"), bzz);
+  write_file_atomically(dir / (t + ".bzv"), bzv);
 }
 
 // Two books in the shapes the World English Bible module has: a preface outside any book, notes
@@ -272,14 +271,14 @@ void write_mini_tree(const fs::path& root) {
   const std::string dict =
       "00-database-dictfmt-1.13.0\nhttp://example/devils.txt\nPREFACE\nABILITY, n.  Equipment.\n\n "
       "alphabet\n";
-  write_file(root / "usr/share/dictd/devil.dict.dz", gzip(dict));
+  write_file_atomically(root / "usr/share/dictd/devil.dict.dz", gzip(dict));
   // headword, base64 offset, base64 length: dictfmt 0+27, url 27+26, info 53+8, ability 61+25,
   // alphabet 86+10.
   std::ofstream(root / "usr/share/dictd/devil.index")
       << "00databasedictfmt1130\tA\tb\n00databaseurl\tb\ta\n"
       << "00databaseinfo\t1\tI\nability\t9\tZ\n00databasealphabet\tBW\tK\n";
   fs::create_directories(root / "usr/share/doc/jargon-text");
-  write_file(root / "usr/share/doc/jargon-text/jargon.txt.gz", gzip("The Jargon File\n\nhacker: n.\n"));
+  write_file_atomically(root / "usr/share/doc/jargon-text/jargon.txt.gz", gzip("The Jargon File\n\nhacker: n.\n"));
   std::ofstream(root / "PACKAGES") << "bible-kjv-text 4.38\nr-cran-janeaustenr 1.0.0-1\n";
 }
 
@@ -363,4 +362,4 @@ TEST(Corpus, RealPdEn) {
 }
 
 }  // namespace
-}  // namespace tessera::data
+}  // namespace tessera::corpus

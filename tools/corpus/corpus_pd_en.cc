@@ -1,5 +1,5 @@
 // The pd-en corpus converter (corpus_pd_en.h).
-#include "tessera/data/corpus_pd_en.h"
+#include "corpus/corpus_pd_en.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -16,13 +16,13 @@
 #include <sstream>
 
 #include "tessera/core/error.h"
-#include "tessera/data/corpus_rdata.h"
-#include "tessera/data/corpus_sword.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
+#include "corpus/corpus_rdata.h"
+#include "corpus/corpus_sword.h"
 
 extern char** environ;
 
-namespace tessera::data {
+namespace tessera::corpus {
 namespace fs = std::filesystem;
 
 namespace {
@@ -344,7 +344,7 @@ class Converter {
     };
     std::string md =
         "# pd-en: public-domain English prose\n\n"
-        "Written by Tessera's corpus converter (src/tessera/data/corpus_pd_en.cc) from Debian packages that\n"
+        "Written by Tessera's corpus converter (tools/corpus/corpus_pd_en.cc) from Debian packages that\n"
         "scripts/prepare_corpus.sh downloads and unpacks. Every text here is in the public domain; the\n"
         "packages' own code and packaging carry their own licences (usr/share/doc/<package>/copyright).\n\n"
         "| files | count | bytes | Debian package | version | text | licence of the text |\n"
@@ -357,14 +357,14 @@ class Converter {
     md += fmt::format(
         "\nTotal: {} bytes of training text (train/), {} bytes of validation text (validation/).\n",
         report_.train_bytes, report_.validation_bytes);
-    write_file(out_ / "SOURCES.md", md);
+    write_file_atomically(out_ / "SOURCES.md", md);
   }
 
   CorpusReport report() const { return report_; }
 
  private:
   void write(const fs::path& rel, const std::string& text, std::string_view package) {
-    write_file(out_ / rel, text);
+    write_file_atomically(out_ / rel, text);
     report_.files.push_back({rel, text.size(), std::string(package)});
     (rel.begin()->string() == "validation" ? report_.validation_bytes : report_.train_bytes) += text.size();
   }
@@ -406,4 +406,4 @@ CorpusReport build_pd_en(const std::string& unpacked_dir, const std::string& out
   return c.report();
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

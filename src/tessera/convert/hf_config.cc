@@ -1,4 +1,4 @@
-#include "tessera/models/hf_config.h"
+#include "tessera/convert/hf_config.h"
 
 #include <fmt/format.h>
 
@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "tessera/core/error.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
 
-namespace tessera::models {
+namespace tessera::convert {
 
 namespace {
 
@@ -150,7 +150,7 @@ void parse_rope(const Reader& r, HfLlamaConfig& c) {
 }  // namespace
 
 json read_json_file(const std::string& path) {
-  const std::string text = data::read_file(path);
+  const std::string text = read_file(path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -330,4 +330,4 @@ json hf_config_json(const HfLlamaConfig& hf, const std::string& dtype, const jso
   return j;
 }
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

@@ -4,7 +4,7 @@
 
 #include "tessera/core/dtype.h"
 
-namespace tessera::train {
+namespace tessera::cpu {
 
 struct DevicePeak {
   double f32_flops = 0;   // FLOP/s, all threads
@@ -14,4 +14,4 @@ struct DevicePeak {
 
 DevicePeak calibrate_cpu_peak(double seconds_per_kind = 0.05);
 
-}  // namespace tessera::train
+}  // namespace tessera::cpu

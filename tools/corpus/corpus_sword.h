@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::data {
+namespace tessera::corpus {
 
 struct SwordChapter {
   std::string number;
@@ -34,4 +34,4 @@ struct SwordBook {
 // naming the file and offset for missing or corrupt data.
 std::vector<SwordBook> read_sword_ztext(const std::filesystem::path& module_dir);
 
-}  // namespace tessera::data
+}  // namespace tessera::corpus

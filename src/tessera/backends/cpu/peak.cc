@@ -1,4 +1,4 @@
-#include "tessera/train/peak.h"
+#include "tessera/backends/cpu/peak.h"
 
 #include <omp.h>
 
@@ -7,7 +7,7 @@
 
 #include "tessera/backends/cpu/peak_kernels.h"
 
-namespace tessera::train {
+namespace tessera::cpu {
 
 namespace {
 
@@ -48,4 +48,4 @@ DevicePeak calibrate_cpu_peak(double seconds) {
   return p;
 }
 
-}  // namespace tessera::train
+}  // namespace tessera::cpu

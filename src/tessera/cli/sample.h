@@ -14,7 +14,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/train/trainer.h"
 
-namespace tessera::train {
+namespace tessera::cli {
 
 struct SampleOptions {
   std::string prompt;
@@ -25,6 +25,6 @@ struct SampleOptions {
 };
 
 // Returns the prompt followed by the generated text. Stops at EOS or when the row is full.
-std::string sample_text(Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& options);
+std::string sample_text(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& options);
 
-}  // namespace tessera::train
+}  // namespace tessera::cli

@@ -11,7 +11,7 @@
 #include "tessera/graph/plan.h"
 #include "tessera/models/model_spec.h"
 
-namespace tessera::models {
+namespace tessera::convert {
 
 struct HfName {
   std::string tessera;  // e.g. decoder.layers_0.self_attention.query.kernel
@@ -19,7 +19,7 @@ struct HfName {
   bool transpose;       // true for Linear weights
 };
 
-std::vector<HfName> llama_hf_names(const ModelSpec& spec);
+std::vector<HfName> llama_hf_names(const models::ModelSpec& spec);
 
 // dst (f32, Tessera's layout) = src (float32 or bfloat16, Hugging Face's layout), transposing a
 // Linear weight [out, in] into a kernel [in, out] when `transpose`; bfloat16 widens exactly. Throws
@@ -33,7 +33,7 @@ void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst);
 // Copies every parameter from `file` (names prefixed by `prefix`, f32 or bf16) into the plan's
 // f32 masters, transposing Linear weights, then refreshes the compute copies. Throws kIo naming
 // the file and tensor when one is missing, kConfig when its dtype or shape does not fit.
-void load_hf_llama(graph::Plan& plan, const ModelSpec& spec, const SafetensorsFile& file,
+void load_hf_llama(graph::Plan& plan, const models::ModelSpec& spec, const SafetensorsFile& file,
                    const std::string& prefix = "");
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

@@ -1,4 +1,4 @@
-#include "tessera/train/sample.h"
+#include "tessera/cli/sample.h"
 
 #include <cmath>
 #include <map>
@@ -9,7 +9,7 @@
 #include "tessera/infer/generate.h"
 #include "tessera/infer/llama_engine.h"
 
-namespace tessera::train {
+namespace tessera::cli {
 
 namespace {
 
@@ -43,7 +43,7 @@ void gather_row(const Tensor& logits, const graph::Value& v, int64_t row, dist::
 
 // One device: the decoding engine on the plan's f32 masters (it keeps its own copy in the compute
 // dtype), with a KV cache. Returns the generated ids (EOS not included).
-std::vector<int32_t> sample_by_engine(Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
+std::vector<int32_t> sample_by_engine(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
                                       const std::vector<int32_t>& ids) {
   const models::ModelSpec& spec = trainer.spec();
   std::map<std::string, Tensor> params;
@@ -68,7 +68,7 @@ std::vector<int32_t> sample_by_engine(Trainer& trainer, const data::Tokenizer& t
 // Several ranks: the parameters are sharded (FSDP, TP), so every rank runs full forward passes of
 // the training plan (row 0 holds the text, the other rows padding; no KV cache) and tensor ranks
 // gather the logits' row; every rank draws the same token from the same seed.
-std::vector<int32_t> sample_by_forward(Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
+std::vector<int32_t> sample_by_forward(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
                                        std::vector<int32_t> ids) {
   graph::Plan& plan = trainer.plan();
   const graph::Graph& g = plan.graph();
@@ -113,7 +113,7 @@ std::vector<int32_t> sample_by_forward(Trainer& trainer, const data::Tokenizer& 
 
 }  // namespace
 
-std::string sample_text(Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o) {
+std::string sample_text(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o) {
   if (o.strategy != "greedy" && o.strategy != "weighted")
     fail(ErrorKind::kConfig,
          "decode_sampling_strategy={}: the end-of-training sample supports greedy and weighted", o.strategy);
@@ -133,4 +133,4 @@ std::string sample_text(Trainer& trainer, const data::Tokenizer& tokenizer, cons
   return tokenizer.decode(text);
 }
 
-}  // namespace tessera::train
+}  // namespace tessera::cli

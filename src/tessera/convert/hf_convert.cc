@@ -1,4 +1,4 @@
-#include "tessera/models/hf_convert.h"
+#include "tessera/convert/hf_convert.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,16 +11,17 @@
 
 #include "tessera/core/crc32c.h"
 #include "tessera/core/error.h"
-#include "tessera/data/files.h"
+#include "tessera/core/file.h"
 #include "tessera/graph/graph.h"
-#include "tessera/models/hf_llama.h"
+#include "tessera/convert/hf_llama.h"
 #include "tessera/models/llama.h"
-#include "tessera/train/checkpoint.h"
-#include "tessera/train/trainer.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/models/model_spec.h"
 
-namespace tessera::models {
+namespace tessera::convert {
 
 namespace fs = std::filesystem;
+using models::ModelSpec;
 using nlohmann::json;
 
 namespace {
@@ -33,15 +34,6 @@ constexpr const char* kModelYaml = "model.yml";
 // Converted tensors' bytes: left uninitialised (every byte is written by the conversion), so the
 // pages are touched once, by the conversion, not first by a zero fill.
 using Buffer = std::unique_ptr<uint8_t[]>;
-
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open to fsync: {}", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(ErrorKind::kIo, "{}: fsync failed: {}", p.string(), std::strerror(err));
-}
 
 // `dir` without a trailing separator ("out/" -> "out"), so that "<dir>.tmp" is its sibling.
 fs::path folder_path(const fs::path& dir) {
@@ -95,13 +87,13 @@ ModelSpec spec_of(const Config& cfg) {
   Config c = cfg;
   c.per_device_batch_size = 1;
   c.max_target_length = 1;
-  return train::model_spec_from_config(c);
+  return models::model_spec_from_config(c);
 }
 
 // Tessera's parameters of `spec` (name -> shape), as the model builder declares them.
 std::map<std::string, Shape> model_params(const ModelSpec& spec) {
   graph::Graph g;
-  build_llama(g, spec);
+  models::build_llama(g, spec);
   std::map<std::string, Shape> out;
   for (const graph::Value& v : g.values())
     if (v.kind == graph::ValueKind::kParam) out.emplace(v.name, v.shape);
@@ -145,7 +137,7 @@ json checkpoint_manifest(const Config& cfg, const HfCheckpoint& hf, const fs::pa
                          int64_t tensors) {
   json m;
   m["format"] = "tessera-checkpoint";
-  m["format_version"] = train::kCheckpointFormatVersion;
+  m["format_version"] = checkpoint::kCheckpointFormatVersion;
   m["step"] = 0;
   m["saved_unix_time"] =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -161,8 +153,8 @@ json checkpoint_manifest(const Config& cfg, const HfCheckpoint& hf, const fs::pa
   m["source"] = {
       {"format", "huggingface"}, {"path", fs::absolute(hf.dir()).string()}, {"config", hf.config()}};
   uint64_t bytes = 0;
-  const uint32_t crc = crc32c_file((staged / train::kParamsFile).string(), &bytes);
-  m["files"] = {{train::kParamsFile, {{"bytes", bytes}, {"crc32c", crc_hex(crc)}}}};
+  const uint32_t crc = crc32c_file((staged / checkpoint::kParamsFile).string(), &bytes);
+  m["files"] = {{checkpoint::kParamsFile, {{"bytes", bytes}, {"crc32c", crc_hex(crc)}}}};
   return m;
 }
 
@@ -220,7 +212,7 @@ std::string copy_tokenizer(const fs::path& hf_dir, const fs::path& staged, const
     return "";
   }
   for (const std::string& f : files) {
-    data::write_file(staged / f, data::read_file(hf_dir / f));
+    write_file_atomically(staged / f, read_file(hf_dir / f));
     r.files.push_back(f);
   }
   // A JSON string is a valid YAML double-quoted scalar, whatever the path holds.
@@ -367,9 +359,9 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
 
   // model.yml first: the config it loads to is the one the checkpoint is checked against.
   const fs::path yml = out.path() / kModelYaml, abs_out = fs::absolute(folder_path(o.out_dir));
-  r.files = {train::kParamsFile, train::kManifestFile, kModelYaml};
+  r.files = {checkpoint::kParamsFile, checkpoint::kManifestFile, kModelYaml};
   const std::string tokenizer = copy_tokenizer(o.hf_dir, out.path(), abs_out, r);
-  data::write_file(
+  write_file_atomically(
       yml, fmt::format("# Model keys of the Hugging Face checkpoint {}\n# ({}),\n"
                        "# written by `tessera convert`. Use:\n"
                        "#   tessera train {} load_parameters_path={} run_name=NAME [key=value ...]\n",
@@ -381,10 +373,10 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
   const std::vector<NamedTensor> tensors = import_tensors(hf, spec_of(cfg), storage, r);
 
   const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", "0"}};
-  write_safetensors((out.path() / train::kParamsFile).string(), tensors, meta);
+  write_safetensors((out.path() / checkpoint::kParamsFile).string(), tensors, meta);
   const json manifest = checkpoint_manifest(cfg, hf, out.path(), r.params, r.tensors);
-  data::write_file(out.path() / train::kManifestFile, manifest.dump(2) + "\n");
-  train::verify_checkpoint(out.path());  // what load_parameters_path checks before reading
+  write_file_atomically(out.path() / checkpoint::kManifestFile, manifest.dump(2) + "\n");
+  checkpoint::verify_checkpoint(out.path());  // what load_parameters_path checks before reading
   out.commit();
   return r;
 }
@@ -400,7 +392,7 @@ Config checkpoint_config(const TesseraToHfOptions& o, const json& manifest, cons
          o.checkpoint.string(), manifest.is_object() ? "its manifest" : "a bare parameter file");
   // load_config reads files: the manifest's YAML goes through a scratch file, removed afterwards.
   const fs::path tmp = scratch / "checkpoint_config.yml";
-  data::write_file(tmp, manifest["config_yaml"].get<std::string>());
+  write_file_atomically(tmp, manifest["config_yaml"].get<std::string>());
   Config cfg = load_config(tmp, o.overrides);
   fs::remove(tmp);
   return cfg;
@@ -444,7 +436,7 @@ bool same_model(const json& source, const HfLlamaConfig& model) {
 namespace {
 
 // The file must hold exactly the model's parameters, in float32 (what a checkpoint load checks).
-void check_params_file(const train::WholeParameters& file, const std::map<std::string, Shape>& params) {
+void check_params_file(const checkpoint::WholeParameters& file, const std::map<std::string, Shape>& params) {
   for (const auto& [name, shape] : params) {
     if (!file.contains(name))
       fail(ErrorKind::kConfig,
@@ -470,7 +462,7 @@ void check_params_file(const train::WholeParameters& file, const std::map<std::s
 // Writes the parameters of `file` into `dir` in Hugging Face's names, layout and `dtype`: one
 // model.safetensors, or shards of at most `max_bytes` and their index. One shard is in memory at
 // a time. Adds the files and counts to `r`.
-void write_hf_weights(const train::WholeParameters& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
+void write_hf_weights(const checkpoint::WholeParameters& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
                       const fs::path& dir, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
   check_params_file(file, params);
@@ -507,7 +499,7 @@ void write_hf_weights(const train::WholeParameters& file, const ModelSpec& spec,
   if (shards.size() == 1) return;
   const json index = {{"metadata", {{"total_size", total}, {"total_parameters", r.params}}},
                       {"weight_map", weight_map}};
-  data::write_file(dir / kHfIndex, index.dump(2) + "\n");
+  write_file_atomically(dir / kHfIndex, index.dump(2) + "\n");
   r.files.push_back(kHfIndex);
 }
 
@@ -515,7 +507,7 @@ void write_hf_weights(const train::WholeParameters& file, const ModelSpec& spec,
 
 ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   StagedFolder out(o.out_dir);
-  const train::WholeParameters params(o.checkpoint);  // verifies a folder against its manifest
+  const checkpoint::WholeParameters params(o.checkpoint);  // verifies a folder against its manifest
   const json& manifest = params.manifest();
   const Config cfg = checkpoint_config(o, manifest, out.path());
   ConvertReport r;
@@ -531,11 +523,11 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
                     ? manifest["source"].value("config", json())
                     : json();
   if (!same_model(source, r.model)) source = json();
-  data::write_file(out.path() / kHfConfig,
+  write_file_atomically(out.path() / kHfConfig,
                    hf_config_json(r.model, r.dtype, source, cfg.max_target_length).dump(2) + "\n");
   r.files.push_back(kHfConfig);
   out.commit();
   return r;
 }
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

@@ -1,7 +1,7 @@
 // `tessera convert`: checkpoints of the Llama family (Llama 2/3/3.1, Mistral) between Hugging
 // Face's safetensors layout and Tessera's checkpoint folder. docs/convert.md is the user's guide.
 //
-// Hugging Face -> Tessera. Reads HF_DIR/config.json (models/hf_config.h) and the weights:
+// Hugging Face -> Tessera. Reads HF_DIR/config.json (convert/hf_config.h) and the weights:
 // model.safetensors, or the shards named by model.safetensors.index.json. Writes OUT_DIR/ with
 //   params.safetensors  f32 masters under Tessera's names (Linear weights transposed to [in, out];
 //                       bfloat16 widens exactly)
@@ -44,9 +44,9 @@
 #include <vector>
 
 #include "tessera/core/safetensors.h"
-#include "tessera/models/hf_config.h"
+#include "tessera/convert/hf_config.h"
 
-namespace tessera::models {
+namespace tessera::convert {
 
 // The default --max-shard-size: transformers 4's "5GB".
 inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;
@@ -116,4 +116,4 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& options);
 // KiB/MiB/GiB (powers of 1024), or a plain number of bytes. Throws kConfig for anything else or 0.
 uint64_t parse_byte_size(const std::string& text);
 
-}  // namespace tessera::models
+}  // namespace tessera::convert

@@ -1,0 +1,85 @@
+# The part-boundary check: every `#include "tessera/<part>/..."` in a part's sources must name the
+# part itself or a part it builds on (directly or through another), as declared by tessera_part()
+# in CMakeLists.txt. Also: every folder under src/tessera/ must be a declared part.
+#
+#   cmake -DSOURCE_DIR=<repo> -DPART_TABLE=<build>/tessera_parts.txt -P cmake/check_layers.cmake
+#
+# PART_TABLE has one line per part, "name|dir|dep,dep,...", in declaration order (so a part's deps
+# come before it and the closure below is complete in one pass). Exits non-zero, listing every
+# offending file:line with what that part may include, when an include runs the wrong way.
+cmake_minimum_required(VERSION 3.25)
+if(NOT SOURCE_DIR OR NOT PART_TABLE)
+  message(FATAL_ERROR "check_layers: pass -DSOURCE_DIR=... -DPART_TABLE=...")
+endif()
+
+file(STRINGS "${PART_TABLE}" rows)
+set(parts "")
+foreach(row IN LISTS rows)
+  string(REPLACE "|" ";" fields "${row}")
+  list(GET fields 0 name)
+  list(GET fields 1 dir)
+  list(LENGTH fields n)
+  set(deps "")
+  if(n GREATER 2)
+    list(GET fields 2 deps)
+    string(REPLACE "," ";" deps "${deps}")
+  endif()
+  # closure: the part, its deps and their closures (declared earlier)
+  set(closure_${name} ${name})
+  foreach(d IN LISTS deps)
+    if(NOT DEFINED closure_${d})
+      message(FATAL_ERROR "check_layers: part '${name}' builds on '${d}', which is not declared before it")
+    endif()
+    list(APPEND closure_${name} ${closure_${d}})
+  endforeach()
+  list(REMOVE_DUPLICATES closure_${name})
+  set(dir_${name} ${dir})
+  list(APPEND parts ${name})
+endforeach()
+
+set(errors "")
+# Folders under src/tessera/ that no part declares.
+file(GLOB folders LIST_DIRECTORIES true "${SOURCE_DIR}/src/tessera/*")
+foreach(f IN LISTS folders)
+  if(IS_DIRECTORY "${f}")
+    get_filename_component(fname "${f}" NAME)
+    if(NOT fname IN_LIST parts)
+      string(APPEND errors "  src/tessera/${fname}/ is not a part: declare it with tessera_part() in CMakeLists.txt\n")
+    endif()
+  endif()
+endforeach()
+
+foreach(name IN LISTS parts)
+  file(GLOB_RECURSE files "${SOURCE_DIR}/${dir_${name}}/*.h" "${SOURCE_DIR}/${dir_${name}}/*.cc"
+       "${SOURCE_DIR}/${dir_${name}}/*.inc" "${SOURCE_DIR}/${dir_${name}}/*.cu")
+  set(allowed ${closure_${name}})
+  string(REPLACE ";" ", " allowed_text "${allowed}")
+  foreach(file IN LISTS files)
+    file(STRINGS "${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"tessera/")
+    if(NOT lines)
+      continue()
+    endif()
+    # line numbers, for the message
+    file(READ "${file}" text)
+    string(REPLACE "\n" ";" all_lines "${text}")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "\"tessera/([a-z_0-9]+)/" _ "${line}")
+      set(target "${CMAKE_MATCH_1}")
+      if(target STREQUAL "" OR target IN_LIST allowed)
+        continue()
+      endif()
+      list(FIND all_lines "${line}" index)
+      math(EXPR lineno "${index} + 1")
+      file(RELATIVE_PATH rel "${SOURCE_DIR}" "${file}")
+      string(STRIP "${line}" shown)
+      string(APPEND errors "  ${rel}:${lineno}: ${shown}: part '${name}' may include only ${allowed_text}\n")
+    endforeach()
+  endforeach()
+endforeach()
+
+if(errors)
+  message(FATAL_ERROR "check_layers: includes across the part order the wrong way "
+                      "(docs/architecture.md):\n${errors}")
+endif()
+list(LENGTH parts nparts)
+message(STATUS "check_layers: ${nparts} parts, every include runs down the order")

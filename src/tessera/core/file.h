@@ -1,0 +1,67 @@
+// Files: a read-only memory mapping, the whole-file read, and the one durable write of Tessera: a
+// writer that never leaves a half-written file under the final name (temporary name in the same
+// folder, fsync, rename, fsync of the folder). Checkpoints, configs, safetensors files, shards,
+// tokenizer files and converted models are all written through it.
+//
+// Every failure throws tessera::Error(kIo) naming the file and what went wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// A whole file mapped read-only. Empty files map to an empty span.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Writes `path` through a temporary file in the same folder; commit() flushes, fsyncs and renames
+// it into place. Destroyed without commit() (an exception on the way), it removes the temporary
+// file and leaves any previous file at `path` untouched. Appends are buffered.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::filesystem::path& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void append(const void* data, size_t n);
+  void append(std::string_view s) { append(s.data(), s.size()); }
+  // Overwrites bytes already appended (e.g. a header written last); flushes the buffer first.
+  void write_at(uint64_t offset, const void* data, size_t n);
+  uint64_t size() const { return written_ + buffer_.size(); }
+  void commit();
+
+ private:
+  void flush();
+  std::filesystem::path path_, tmp_path_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  std::string buffer_;
+};
+
+// The whole file as bytes. Throws kIo.
+std::string read_file(const std::filesystem::path& path);
+// Writes `text` to `path` atomically (through AtomicFileWriter).
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+// fsync of a file or a folder (a folder's fsync makes the names in it durable: the renames).
+void fsync_path(const std::filesystem::path& path);
+
+}  // namespace tessera

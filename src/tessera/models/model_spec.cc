@@ -1,0 +1,47 @@
+// ModelSpec from the resolved config (model_spec.h).
+#include "tessera/models/model_spec.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "tessera/core/error.h"
+
+namespace tessera::models {
+
+ModelSpec model_spec_from_config(const Config& cfg) {
+  ModelSpec s;
+  s.decoder_block = cfg.decoder_block;
+  s.emb_dim = cfg.emb_dim;
+  s.num_query_heads = cfg.num_query_heads;
+  s.num_kv_heads = cfg.num_kv_heads;
+  s.head_dim = cfg.head_dim;
+  s.mlp_dim = cfg.mlp_dim;
+  s.num_decoder_layers = cfg.num_decoder_layers;
+  s.vocab_size = cfg.vocab_size;
+  s.norm_eps = cfg.normalization_layer_epsilon;
+  s.logits_via_embedding = cfg.logits_via_embedding;
+  s.rope_theta = static_cast<double>(cfg.rope_max_timescale);
+  s.rope_type = cfg.rope_type;
+  // MaxText's meaning: the window applies to attention_type=local_sliding layers only.
+  if (cfg.attention_type != "local_sliding" && cfg.sliding_window_size > 0)
+    fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
+         cfg.sliding_window_size, cfg.attention_type);
+  s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
+  if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
+    fail(ErrorKind::kConfig,
+         "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
+         fmt::join(cfg.mlp_activations, ", "));
+  s.mlp_activation = cfg.mlp_activations[0];
+  s.dtype = dtype_from_name(cfg.dtype);
+  const double pdb = cfg.per_device_batch_size;
+  if (pdb < 1 || std::floor(pdb) != pdb)
+    fail(ErrorKind::kConfig,
+         "per_device_batch_size={}: Tessera trains whole sequences per device (an integer >= 1)", pdb);
+  s.batch = static_cast<int64_t>(pdb);
+  s.seq = cfg.max_target_length;
+  return s;
+}
+
+}  // namespace tessera::models
