@@ -64,7 +64,7 @@ void* Arena::allocate(size_t bytes, size_t alignment) {
 }
 
 Tensor Arena::tensor(Shape shape, DType dtype) {
-  return Tensor(allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), shape, dtype);
+  return Tensor(allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), shape, dtype, device());
 }
 
 size_t aligned_bytes(Shape shape, DType dtype) {

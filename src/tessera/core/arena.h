@@ -2,6 +2,9 @@
 // pre-faulted, from which tensors are carved by offset. Nothing in a step loop allocates: the
 // plan sizes the arenas before step 1 (DESIGN.md principle 3).
 //
+// An Arena is host memory (its device() is the CPU) and tags the tensors it carves with it. Memory
+// on another device comes from that device's backend (backends/backend.h: allocate).
+//
 // Why pre-fault: on the virtual machines Tessera runs on, the first touch of a fresh 4 KiB page
 // costs ~14 us (~0.3 GB/s); with MADV_HUGEPAGE the same region faults in at ~17 GB/s.
 #pragma once
@@ -36,6 +39,7 @@ class Arena {
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }
   char* base() const { return base_; }
+  Device device() const { return Device::cpu(); }
 
  private:
   char* base_ = nullptr;

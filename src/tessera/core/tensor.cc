@@ -41,7 +41,12 @@ std::string Shape::str() const {
   return s + "]";
 }
 
-Tensor::Tensor(void* data, Shape shape, DType dtype) : data_(data), shape_(shape), dtype_(dtype) {
+std::string Device::str() const {
+  return kind == DeviceKind::kCpu ? std::string("cpu") : fmt::format("cuda:{}", index);
+}
+
+Tensor::Tensor(void* data, Shape shape, DType dtype, Device device)
+    : data_(data), shape_(shape), dtype_(dtype), device_(device) {
   int64_t s = 1;
   for (int i = shape_.rank() - 1; i >= 0; --i) {
     strides_[i] = s;
@@ -61,7 +66,7 @@ bool Tensor::is_contiguous() const {
 Tensor Tensor::reshape(Shape s) const {
   TESSERA_CHECK_SHAPE(is_contiguous(), "reshape of a non-contiguous tensor {}", str());
   TESSERA_CHECK_SHAPE(s.numel() == numel(), "cannot reshape {} to {}", str(), s.str());
-  return Tensor(data_, s, dtype_);
+  return Tensor(data_, s, dtype_, device_);
 }
 
 Tensor Tensor::slice0(int64_t begin, int64_t end) const {
@@ -73,6 +78,10 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   return t;
 }
 
-std::string Tensor::str() const { return fmt::format("{}{}", dtype_name(dtype_), shape_.str()); }
+std::string Tensor::str() const {
+  // The device is named only off the host, so messages about CPU tensors read as before.
+  if (device_.is_cpu()) return fmt::format("{}{}", dtype_name(dtype_), shape_.str());
+  return fmt::format("{}{}@{}", dtype_name(dtype_), shape_.str(), device_.str());
+}
 
 }  // namespace tessera

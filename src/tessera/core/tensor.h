@@ -1,7 +1,8 @@
 // Tensor: a typed, shaped view of memory that something else owns (an Arena, a mapped file, a
 // caller's buffer). Row-major; strides are in elements and default to contiguous. Views are
 // cheap values: pass them by value, slice them, reshape contiguous ones. Ops take views, check
-// shapes and dtypes at their entry, and hand raw pointers to the kernels (STYLE.md 2).
+// shapes and dtypes at their entry, and hand raw pointers to the kernels (STYLE.md 2). A tensor
+// knows the device its memory is on (core/device.h); views keep it.
 #pragma once
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera {
@@ -35,7 +37,7 @@ class Shape {
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(void* data, Shape shape, DType dtype);  // contiguous
+  Tensor(void* data, Shape shape, DType dtype, Device device = Device::cpu());  // contiguous
 
   void* data() const { return data_; }
   template <typename T>
@@ -44,6 +46,7 @@ class Tensor {
   int64_t dim(int i) const { return shape_[i]; }
   int rank() const { return shape_.rank(); }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   int64_t stride(int i) const { return strides_[i < 0 ? i + rank() : i]; }
@@ -61,6 +64,7 @@ class Tensor {
   Shape shape_;
   std::array<int64_t, kMaxDims> strides_{};
   DType dtype_ = DType::kF32;
+  Device device_;
 };
 
 }  // namespace tessera

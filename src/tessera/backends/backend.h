@@ -1,0 +1,52 @@
+// Backend: what the engine needs from a device, in the spirit of ggml's backends. The executor and
+// the collectives' glue never touch memory themselves (no memset or memcpy above this line); they
+// ask the backend of the tensors' device. Each backend lives in its own folder (backends/cpu/,
+// later backends/cuda/) and implements:
+//   - supports(op, dtype): whether it runs an op family in a compute dtype, so that binding a plan
+//     to a device fails before the first step, naming the op, rather than inside a kernel;
+//   - allocate / deallocate: device memory for arenas (the host's is mapped, madvised for huge
+//     pages and pre-faulted: core/arena.h);
+//   - fill_zero / copy: the memory operations of a step, queued on the backend's stream;
+//   - synchronize: waits for the work queued so far (a no-op on the CPU, where every call
+//     returns when its work is done).
+// The kernels themselves stay in per-family tables of raw-pointer functions that the op entries
+// call (backends/cpu/isa_dispatch.h); a device backend adds its tables beside them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "tessera/core/device.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::backends {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // for logs: "cpu (avx512)"
+
+  // `op` is a graph op family name as graph::op_name spells it ("matmul", "rms_norm_bwd", ...);
+  // `dtype` the compute dtype of its activations.
+  virtual bool supports(std::string_view op, DType dtype) const = 0;
+
+  // `bytes` of device memory, aligned to at least 64 bytes; throws kRuntime naming the size.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p, size_t bytes) = 0;
+
+  // Sets every byte of a contiguous tensor to zero.
+  virtual void fill_zero(const Tensor& t) = 0;
+  // dst = src for contiguous tensors of equal size (a no-op when they are the same memory).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The backend of `device`; throws kRuntime when this build has none for it (e.g. a CUDA device in
+// a build without -DTESSERA_CUDA=ON).
+Backend& backend_for(Device device);
+
+}  // namespace tessera::backends
