@@ -30,9 +30,9 @@ struct ConfigArgs {
 
 // A command that loads its config but whose work is not in this build yet.
 struct PlannedCommand {
-  std::string_view name;     // "train"
+  std::string_view name;     // "compile"
   std::string_view summary;  // one line for --help
-  std::string_view missing;  // "the training loop"
+  std::string_view missing;  // what is not built yet, for the refusal
 };
 const std::vector<PlannedCommand>& planned_commands();
 

@@ -255,7 +255,8 @@ struct Config {
 // Number of derived members (below the line in Config); the schema test uses it.
 inline constexpr int kNumDerivedConfigMembers = 13;
 
-// The devices a run sees. One process on one CPU for now; the launcher fills these in later.
+// The devices a run sees: dist::count_devices fills it from the launcher (mpirun, srun), and a
+// planning tool may pass a topology that is not present.
 struct DeviceCount {
   int64_t num_devices = 1;
   int64_t num_slices = 1;

@@ -1,5 +1,7 @@
 #include "tessera/graph/autodiff.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 #include <functional>
@@ -237,9 +239,8 @@ std::set<std::string> saved_names(const std::string& policy) {
   if (policy == "save_qkv_proj") return qkv;
   if (policy == "save_out_proj") return {"out_proj"};
   if (policy == "full") return {};
-  fail(ErrorKind::kConfig, "remat_policy '{}' is not supported; choose one of: none, minimal, "
-       "minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
-       "save_qkv_proj, save_out_proj, full", policy);
+  fail(ErrorKind::kConfig, "remat_policy '{}' is not supported; choose one of: {}", policy,
+       fmt::join(remat_policy_names(), ", "));
 }
 
 }  // namespace

@@ -27,7 +27,7 @@
 
 namespace tessera::graph {
 
-// The list of remat policies Tessera implements (config validation uses it).
+// The remat policies apply_remat implements (its error for any other names them).
 const std::vector<std::string>& remat_policy_names();
 
 // Appends backward nodes for graph.loss(); returns the id of the dloss input [N] (f32), which the

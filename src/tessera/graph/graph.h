@@ -1,6 +1,6 @@
 // The step graph: values (tensors described by shape, dtype and role) and nodes (coarse ops over
 // them), in execution order. Model code builds the forward part through Graph's op methods;
-// autodiff.h appends the backward part, remat.h the recomputation, and the optimizer nodes close
+// autodiff.h appends the backward part and the recomputation (apply_remat), and the optimizer nodes close
 // the step. plan.h turns the finished graph into a Plan with every value placed in an arena.
 //
 // Shapes (STYLE.md 4): N = B*T tokens, E embedding, H query heads, K kv heads, D head dim,
