@@ -224,18 +224,14 @@ OpCase attention_case(ops::AttentionOptions opt, const char* name) {
     shape.heads = static_cast<int>(d[2]);
     shape.kv_heads = static_cast<int>(d[3]);
     shape.head_dim = static_cast<int>(d[4]);
-    // The loss reads attention's output through an add: cross-entropy's backward writes dlogits
-    // over its logits, and attention's backward reads its own output, so with o as the logits
-    // the backward would read dlogits for o (autodiff.cc's cross-entropy rule assumes the logits
-    // are dead after the loss).
-    graph::ValueId o = b.g.attention(q, k, v, graph::kNoValue, shape, "attention");
-    b.loss(b.g.add(o, b.source("bias", wq), "logits"), wq);
+    // o is the logits themselves: cross-entropy's backward must not write dlogits over o, which
+    // attention's backward reads (autodiff.cc gives dlogits its own buffer here).
+    b.loss(b.g.attention(q, k, v, graph::kNoValue, shape, "attention"), wq);
     const std::vector<int32_t> targets = b.feed.inputs.at("targets");
     auto loss = [&](const testing::GraphFeed& f) {
       std::vector<double> out, lse;
       ops::attention_ref(attention_dims(d), opt, f.params.at("q"), f.params.at("k"), f.params.at("v"), &out,
                          &lse);
-      for (size_t i = 0; i < out.size(); ++i) out[i] += f.params.at("bias")[i];
       return testing::cross_entropy_mean_ref(out, targets, wq);
     };
     testing::expect_graph_gradients(b, loss, 16, d[1] + d[4] + wq);
