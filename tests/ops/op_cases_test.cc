@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,35 +92,34 @@ void check_backward(const OpCase& c) {
   }
 }
 
-// AVX2 against AVX-512 within the reference tolerance (each is within it of the reference).
+// Every ISA for_each_isa runs against the first one it runs, within the reference tolerance
+// (each is within it of the reference), forward and backward.
+void expect_same_as(const OpCase& c, const Dims& d, const Arrays& got, const Arrays& first, const Arrays& ref,
+                    const char* what) {
+  for (const auto& [name, v] : ref.f) {
+    if (name.starts_with("scale:")) continue;
+    EXPECT_TRUE(
+        testing::within(got.f.at(name), first.f.at(name), testing::tolerance(c, d, DType::kF32, ref, name)))
+        << what << " output " << name << " against the first ISA's";
+  }
+}
+
 void check_isa_agreement(const OpCase& c) {
   for (const Dims& d : c.shapes) {
     SCOPED_TRACE(shape_trace(c, d, DType::kF32));
     const Arrays in = c.inputs(d, DType::kF32, 29);
     const Arrays ref = c.reference(d, in);
-    const auto on = [&](Isa isa, const auto& fn) {
-      set_active_isa(isa);
-      Arrays out = fn(d, DType::kF32, in);
-      set_active_isa(best_isa());
-      return out;
-    };
-    Arrays a = on(Isa::kAvx2, c.run), b = on(Isa::kAvx512, c.run);
-    Arrays want = ref;
-    for (auto& [name, v] : want.f)
-      if (!name.starts_with("scale:")) v = a.f.at(name);
-    // The tolerance is the reference's; the wanted values are AVX2's.
-    for (const auto& [name, v] : ref.f)
-      if (name.starts_with("scale:")) want.f[name] = v;
-    testing::expect_outputs_close(c, d, DType::kF32, b, want, "avx512 vs avx2 forward");
-    if (!c.run_backward) continue;
-    const Arrays gref = c.reference_backward(d, in);
-    Arrays ga = on(Isa::kAvx2, c.run_backward), gb = on(Isa::kAvx512, c.run_backward);
-    for (const auto& [name, v] : gref.f) {
-      if (name.starts_with("scale:")) continue;
-      EXPECT_TRUE(
-          testing::within(gb.f.at(name), ga.f.at(name), testing::tolerance(c, d, DType::kF32, gref, name)))
-          << "avx512 vs avx2 backward output " << name;
-    }
+    const Arrays gref = c.run_backward ? c.reference_backward(d, in) : Arrays{};
+    std::optional<Arrays> first, first_grad;
+    testing::for_each_isa([&] {
+      const Arrays out = c.run(d, DType::kF32, in);
+      if (!first) first = out;
+      expect_same_as(c, d, out, *first, ref, "forward");
+      if (!c.run_backward) return;
+      const Arrays grad = c.run_backward(d, DType::kF32, in);
+      if (!first_grad) first_grad = grad;
+      expect_same_as(c, d, grad, *first_grad, gref, "backward");
+    });
   }
 }
 
