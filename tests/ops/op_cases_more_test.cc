@@ -1,5 +1,5 @@
 // Registry entries (testing/op_registry.h) of the lookup, loss, attention, product and update
-// families: embedding, cross-entropy, attention, matmul, AdamW, decode attention, gemv and the
+// families: embedding, cross-entropy, attention, matmul, AdamW and SGD, decode attention, gemv and the
 // vocab-parallel embedding and cross-entropy. op_cases_test.cc holds the checks that run them.
 #include <gtest/gtest.h>
 
@@ -249,6 +249,20 @@ ops::AttentionOptions window_softcap_options() {
 
 // ---- matmul -------------------------------------------------------------------------------------
 
+// x [M, K] -> matmul(x, W [K, N]) -> cross-entropy over the N columns.
+void matmul_graph_check(const Dims& d) {
+  testing::OneNodeGraph b(d[0]);
+  graph::ValueId x = b.source("x", d[2]), w = b.param("w", Shape{d[2], d[1]});
+  b.loss(b.g.matmul(x, w, "proj"), d[1]);
+  const std::vector<int32_t> targets = b.feed.inputs.at("targets");
+  auto loss = [&](const testing::GraphFeed& f) {
+    std::vector<double> out(d[0] * d[1]);
+    ops::matmul_ref(f.params.at("x").data(), f.params.at("w").data(), out.data(), d[0], d[1], d[2]);
+    return testing::cross_entropy_mean_ref(out, targets, d[1]);
+  };
+  testing::expect_graph_gradients(b, loss, 16, std::max({d[0], d[1], d[2]}));
+}
+
 // C [M, N] = op(A) op(B) on oneDNN; R = K forward, and the backward products sum over M or N:
 // R = max(M, N, K); k = 8. The backward is the three products matmul.h lists for each layout.
 OpCase matmul_case(bool trans_a, bool trans_b, const char* name) {
@@ -318,20 +332,8 @@ OpCase matmul_case(bool trans_a, bool trans_b, const char* name) {
   };
   c.grad_inputs = {"a", "b"};
   if (trans_a || trans_b) return c;
-  // x [M, K] -> matmul(x, W [K, N]) -> cross-entropy over the N columns.
   c.graph_shapes = {{4, 9, 7}};
-  c.graph = [fwd](const Dims& d) {
-    testing::OneNodeGraph b(d[0]);
-    graph::ValueId x = b.source("x", d[2]), w = b.param("w", Shape{d[2], d[1]});
-    b.loss(b.g.matmul(x, w, "proj"), d[1]);
-    const std::vector<int32_t> targets = b.feed.inputs.at("targets");
-    auto loss = [&](const testing::GraphFeed& f) {
-      std::vector<double> out(d[0] * d[1]);
-      ops::matmul_ref(f.params.at("x").data(), f.params.at("w").data(), out.data(), d[0], d[1], d[2], fwd);
-      return testing::cross_entropy_mean_ref(out, targets, d[1]);
-    };
-    testing::expect_graph_gradients(b, loss, 16, std::max({d[0], d[1], d[2]}));
-  };
+  c.graph = matmul_graph_check;
   return c;
 }
 
@@ -360,6 +362,28 @@ OpCase adamw_case() {
                  &v = b.from(at(in, "v"), s, DType::kF32);
     ops::adamw_update(p, b.from(at(in, "grad"), s, DType::kF32), m, v, hp);
     return Arrays{.f = {{"param", to_vector(p)}, {"m", to_vector(m)}, {"v", to_vector(v)}}};
+  };
+  return c;
+}
+
+// One SGD step: p - lr * grad_scale * g, R = 1, k = 4 (two products and a difference).
+OpCase sgd_case() {
+  OpCase c{.name = "sgd", .dims_doc = "n", .shapes = {{1}, {7}, {33}, {257}}, .k = 4};
+  const ops::SgdHyperparams hp{.lr = 1e-2, .grad_scale = 0.5};
+  c.inputs = [](const Dims& d, DType, uint64_t s) {
+    return Arrays{
+        .f = {{"param", uniform(d[0], s, DType::kF32)}, {"grad", uniform(d[0], s + 1, DType::kF32)}}};
+  };
+  c.reference = [hp](const Dims&, const Arrays& in) {
+    Arrays o{.f = {{"param", at(in, "param")}}};
+    ops::sgd_update_ref(o.f["param"], at(in, "grad"), hp);
+    return o;
+  };
+  c.run = [hp](const Dims& d, DType, const Arrays& in) {
+    Buffers b;
+    const Tensor& p = b.from(at(in, "param"), Shape{d[0]}, DType::kF32);
+    ops::sgd_update(p, b.from(at(in, "grad"), Shape{d[0]}, DType::kF32), hp);
+    return Arrays{.f = {{"param", to_vector(p)}}};
   };
   return c;
 }
@@ -562,6 +586,7 @@ const testing::OpCaseRegistrar kMatmul(matmul_case(false, false, "matmul"));
 const testing::OpCaseRegistrar kMatmulTa(matmul_case(true, false, "matmul_trans_a"));
 const testing::OpCaseRegistrar kMatmulTb(matmul_case(false, true, "matmul_trans_b"));
 const testing::OpCaseRegistrar kAdamW(adamw_case());
+const testing::OpCaseRegistrar kSgd(sgd_case());
 const testing::OpCaseRegistrar kDecodeAttention(decode_attention_case());
 const testing::OpCaseRegistrar kGemv(gemv_case());
 const testing::OpCaseRegistrar kVocabEmbedding(vocab_embedding_case());
