@@ -167,9 +167,35 @@ ops::AttentionDims attention_dims(const Dims& d) {
   return {.B = d[0], .T = d[1], .H = d[2], .Hkv = d[3], .D = d[4]};
 }
 
-// q [B, T, H, D], k, v [B, T, Hkv, D]. Each output sums T probabilities times values after D-term
-// dot products: R = T + D, k = 16 (the exp approximation and the online rescaling).
-OpCase attention_case(ops::AttentionOptions opt, const char* name) {
+// q [B*T, H*D], k, v [B*T, Hkv*D] -> causal attention -> cross-entropy over the H*D columns.
+void attention_graph_check(const Dims& d) {
+  const ops::AttentionOptions opt;
+  const int64_t n = d[0] * d[1], wq = d[2] * d[4], wkv = d[3] * d[4];
+  testing::OneNodeGraph b(n);
+  graph::ValueId q = b.source("q", wq, -2, 2), k = b.source("k", wkv, -2, 2), v = b.source("v", wkv);
+  graph::NodeAttrs shape;
+  shape.batch = static_cast<int>(d[0]);
+  shape.seq = static_cast<int>(d[1]);
+  shape.heads = static_cast<int>(d[2]);
+  shape.kv_heads = static_cast<int>(d[3]);
+  shape.head_dim = static_cast<int>(d[4]);
+  // o is the logits themselves: cross-entropy's backward must not write dlogits over o, which
+  // attention's backward reads (autodiff.cc gives dlogits its own buffer here).
+  b.loss(b.g.attention(q, k, v, graph::kNoValue, shape, "attention"), wq);
+  const std::vector<int32_t> targets = b.feed.inputs.at("targets");
+  auto loss = [&](const testing::GraphFeed& f) {
+    std::vector<double> out, lse;
+    ops::attention_ref(attention_dims(d), opt, f.params.at("q"), f.params.at("k"), f.params.at("v"), &out,
+                       &lse);
+    return testing::cross_entropy_mean_ref(out, targets, wq);
+  };
+  testing::expect_graph_gradients(b, loss, 16, d[1] + d[4] + wq);
+}
+
+// q [B, T, H, D], k, v [B, T, Hkv, D] (GQA where Hkv < H), optionally packed segments. Each
+// output sums T probabilities times values after D-term dot products: R = T + D, k = 16 (the exp
+// approximation and the online rescaling).
+OpCase attention_case(ops::AttentionOptions opt, const char* name, bool segmented = false) {
   OpCase c{.name = name,
            .dims_doc = "B,T,H,Hkv,D",
            .shapes = {{1, 1, 1, 1, 1}, {1, 7, 2, 1, 8}, {2, 5, 4, 2, 7}, {1, 33, 2, 2, 16}},
@@ -177,65 +203,57 @@ OpCase attention_case(ops::AttentionOptions opt, const char* name) {
            .k = 16};
   c.reduction = [](const Dims& d) { return d[1] + d[4]; };
   c.f32_outputs = {"lse"};
-  c.inputs = [](const Dims& d, DType dt, uint64_t s) {
+  c.inputs = [segmented](const Dims& d, DType dt, uint64_t s) {
     const int64_t nq = d[0] * d[1] * d[2] * d[4], nkv = d[0] * d[1] * d[3] * d[4];
-    return Arrays{.f = {{"q", uniform(nq, s, dt, -2, 2)},
-                        {"k", uniform(nkv, s + 1, dt, -2, 2)},
-                        {"v", uniform(nkv, s + 2, dt)},
-                        {"dout", uniform(nq, s + 3, dt)}}};
+    Arrays a{.f = {{"q", uniform(nq, s, dt, -2, 2)},
+                   {"k", uniform(nkv, s + 1, dt, -2, 2)},
+                   {"v", uniform(nkv, s + 2, dt)},
+                   {"dout", uniform(nq, s + 3, dt)}}};
+    if (segmented)  // packed rows: three segments per row, ids b, b + 1, b + 2
+      for (int64_t b = 0; b < d[0]; ++b)
+        for (int64_t t = 0; t < d[1]; ++t)
+          a.i["segment_ids"].push_back(static_cast<int32_t>(b + 3 * t / d[1]));
+    return a;
   };
-  c.reference = [opt](const Dims& d, const Arrays& in) {
+  // The case's options, with segment_ids viewing the inputs' ids when there are any.
+  const auto options = [opt](const Dims& d, const Arrays& in) {
+    ops::AttentionOptions o = opt;
+    if (auto it = in.i.find("segment_ids"); it != in.i.end())
+      o.segment_ids = Tensor(const_cast<int32_t*>(it->second.data()), Shape{d[0], d[1]}, DType::kI32);
+    return o;
+  };
+  c.reference = [options](const Dims& d, const Arrays& in) {
     Arrays o;
-    ops::attention_ref(attention_dims(d), opt, at(in, "q"), at(in, "k"), at(in, "v"), &o.f["out"],
+    ops::attention_ref(attention_dims(d), options(d, in), at(in, "q"), at(in, "k"), at(in, "v"), &o.f["out"],
                        &o.f["lse"]);
     return o;
   };
-  const auto run = [opt](const Dims& d, DType dt, const Arrays& in, bool backward) {
+  const auto run = [options](const Dims& d, DType dt, const Arrays& in, bool backward) {
     Buffers b;
     const Shape sq{d[0], d[1], d[2], d[4]}, skv{d[0], d[1], d[3], d[4]};
     const Tensor &q = b.from(at(in, "q"), sq, dt), &k = b.from(at(in, "k"), skv, dt),
                  &v = b.from(at(in, "v"), skv, dt);
     const Tensor &out = b.make(sq, dt), &lse = b.make(Shape{d[0], d[2], d[1]}, DType::kF32);
-    ops::attention_fwd(q, k, v, out, lse, opt);
+    const ops::AttentionOptions o = options(d, in);
+    ops::attention_fwd(q, k, v, out, lse, o);
     if (!backward) return Arrays{.f = {{"out", to_vector(out)}, {"lse", to_vector(lse)}}};
     const Tensor &dq = b.make(sq, dt), &dk = b.make(skv, dt), &dv = b.make(skv, dt);
-    ops::attention_bwd(b.from(at(in, "dout"), sq, dt), q, k, v, out, lse, dq, dk, dv, opt);
+    ops::attention_bwd(b.from(at(in, "dout"), sq, dt), q, k, v, out, lse, dq, dk, dv, o);
     return Arrays{.f = {{"dq", to_vector(dq)}, {"dk", to_vector(dk)}, {"dv", to_vector(dv)}}};
   };
   c.run = [run](const Dims& d, DType dt, const Arrays& in) { return run(d, dt, in, false); };
   c.run_backward = [run](const Dims& d, DType dt, const Arrays& in) { return run(d, dt, in, true); };
-  c.reference_backward = [opt](const Dims& d, const Arrays& in) {
+  c.reference_backward = [options](const Dims& d, const Arrays& in) {
     Arrays o;
-    ops::attention_bwd_ref(attention_dims(d), opt, at(in, "dout"), at(in, "q"), at(in, "k"), at(in, "v"),
-                           &o.f["dq"], &o.f["dk"], &o.f["dv"]);
+    ops::attention_bwd_ref(attention_dims(d), options(d, in), at(in, "dout"), at(in, "q"), at(in, "k"),
+                           at(in, "v"), &o.f["dq"], &o.f["dk"], &o.f["dv"]);
     return o;
   };
   c.grad_inputs = {"q", "k", "v"};
-  if (!opt.causal || opt.sliding_window || opt.logits_soft_cap > 0) return c;  // the graph node: causal
-  // q [B*T, H*D], k, v [B*T, Hkv*D] -> attention -> cross-entropy over the H*D columns.
+  if (segmented || !opt.causal || opt.sliding_window || opt.logits_soft_cap > 0)
+    return c;  // the graph node: causal
   c.graph_shapes = {{2, 3, 2, 1, 4}};
-  c.graph = [opt](const Dims& d) {
-    const int64_t n = d[0] * d[1], wq = d[2] * d[4], wkv = d[3] * d[4];
-    testing::OneNodeGraph b(n);
-    graph::ValueId q = b.source("q", wq, -2, 2), k = b.source("k", wkv, -2, 2), v = b.source("v", wkv);
-    graph::NodeAttrs shape;
-    shape.batch = static_cast<int>(d[0]);
-    shape.seq = static_cast<int>(d[1]);
-    shape.heads = static_cast<int>(d[2]);
-    shape.kv_heads = static_cast<int>(d[3]);
-    shape.head_dim = static_cast<int>(d[4]);
-    // o is the logits themselves: cross-entropy's backward must not write dlogits over o, which
-    // attention's backward reads (autodiff.cc gives dlogits its own buffer here).
-    b.loss(b.g.attention(q, k, v, graph::kNoValue, shape, "attention"), wq);
-    const std::vector<int32_t> targets = b.feed.inputs.at("targets");
-    auto loss = [&](const testing::GraphFeed& f) {
-      std::vector<double> out, lse;
-      ops::attention_ref(attention_dims(d), opt, f.params.at("q"), f.params.at("k"), f.params.at("v"), &out,
-                         &lse);
-      return testing::cross_entropy_mean_ref(out, targets, wq);
-    };
-    testing::expect_graph_gradients(b, loss, 16, d[1] + d[4] + wq);
-  };
+  c.graph = attention_graph_check;
   return c;
 }
 
@@ -582,6 +600,7 @@ const testing::OpCaseRegistrar kCrossEntropyZ(cross_entropy_case(1e-2f, "cross_e
 const testing::OpCaseRegistrar kAttention(attention_case({}, "attention_causal"));
 const testing::OpCaseRegistrar kAttentionWindow(attention_case(window_softcap_options(),
                                                                "attention_window_softcap"));
+const testing::OpCaseRegistrar kAttentionSegments(attention_case({}, "attention_segments", true));
 const testing::OpCaseRegistrar kMatmul(matmul_case(false, false, "matmul"));
 const testing::OpCaseRegistrar kMatmulTa(matmul_case(true, false, "matmul_trans_a"));
 const testing::OpCaseRegistrar kMatmulTb(matmul_case(false, true, "matmul_trans_b"));
