@@ -186,6 +186,36 @@ void backward_rule(Graph& g, GradState& st, const Node& f, ValueId dy) {
   }
 }
 
+// Whether v's buffer chain (v, what it aliases, ...) passes through `target`.
+bool aliases(const Graph& g, ValueId v, ValueId target) {
+  for (; v != kNoValue; v = g.value(v).alias_of)
+    if (v == target) return true;
+  return false;
+}
+
+ValueId buffer_root(const Graph& g, ValueId v) {
+  while (g.value(v).alias_of != kNoValue) v = g.value(v).alias_of;
+  return v;
+}
+
+// The cross-entropy rules write dlogits over the logits, which is right only when no later node
+// reads the logits' buffer. Attention's backward reads its own output, so when the logits are an
+// attention output (or anything a later backward reads) dlogits gets a buffer of its own.
+void unalias_logits_read_later(Graph& g) {
+  const std::vector<Node>& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].op != OpKind::kCrossEntropyBwd && nodes[i].op != OpKind::kVocabCrossEntropyBwd) continue;
+    const ValueId logits = nodes[i].in[0], dlogits = nodes[i].out[0];
+    if (g.value(dlogits).alias_of != logits) continue;
+    const ValueId root = buffer_root(g, logits);
+    bool read_later = false;
+    for (size_t j = i + 1; j < nodes.size() && !read_later; ++j)
+      for (ValueId v : nodes[j].in)
+        if (!aliases(g, v, dlogits) && buffer_root(g, v) == root) read_later = true;
+    if (read_later) g.value(dlogits).alias_of = kNoValue;
+  }
+}
+
 }  // namespace
 
 ValueId append_backward(Graph& g) {
@@ -213,6 +243,7 @@ ValueId append_backward(Graph& g) {
     if (dy == kNoValue) continue;
     backward_rule(g, st, f, dy);
   }
+  unalias_logits_read_later(g);
   return dloss;
 }
 
