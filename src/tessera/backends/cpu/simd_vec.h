@@ -1,7 +1,9 @@
 // Vector math on GCC vector types: kLanes floats, the widest register of the ISA this translation
-// unit is compiled for (16 with AVX-512, 8 with AVX2), and the vectorised exp that the attention
-// and cross-entropy kernels share. Everything has internal linkage, so the AVX-512 and AVX2 builds
-// of a kernel family each get their own copy and neither leaks into the other.
+// unit is compiled for (16 with AVX-512, 8 with AVX2, 4 in the scalar build: the 128-bit registers
+// of baseline x86-64 (SSE2) and AArch64; on a target without vector registers GCC lowers the types
+// to scalar code), and the vectorised exp that the attention and cross-entropy kernels share.
+// Everything has internal linkage, so each ISA build of a kernel family gets its own copy and none
+// leaks into another.
 //
 // Why vector types and not scalar loops under `#pragma omp simd` (as simd_math.h offers): the
 // exp's range checks are selects, and in a scalar loop GCC threads them into branches whose
@@ -18,8 +20,10 @@ namespace {
 
 #if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
-#else
+#elif defined(__AVX2__)
 constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
 #endif
 using VF = float __attribute__((vector_size(kLanes * 4)));
 using VI = int32_t __attribute__((vector_size(kLanes * 4)));
@@ -56,7 +60,7 @@ inline VF exp_vec(VF x) {
   const VF n = t - kRoundMagic;
   VF r = xc - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  VF p = kP0 * r + kP1;  // Horner; GCC contracts each step into an FMA
+  VF p = kP0 * r + kP1;  // Horner; GCC contracts each step into an FMA where the build has one
   p = p * r + kP2;
   p = p * r + kP3;
   p = p * r + kP4;
