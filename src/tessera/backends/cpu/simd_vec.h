@@ -1,7 +1,8 @@
 // Vector math on GCC vector types: kLanes floats, the widest register of the ISA this translation
-// unit is compiled for (16 with AVX-512, 8 with AVX2, 4 in the scalar build: the 128-bit registers
-// of baseline x86-64 (SSE2) and AArch64; on a target without vector registers GCC lowers the types
-// to scalar code), and the vectorised exp that the attention and cross-entropy kernels share.
+// unit is compiled for (16 with AVX-512, 8 with AVX2), and the vectorised exp that the attention
+// and cross-entropy kernels share. The scalar build keeps 8: the tests' error bounds assume lane
+// sums of at most n/8 terms, and GCC lowers an 8-float vector to two 128-bit registers on baseline
+// x86-64 (SSE2) and AArch64, or to scalar code on a target without vector registers.
 // Everything has internal linkage, so each ISA build of a kernel family gets its own copy and none
 // leaks into another.
 //
@@ -14,6 +15,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace tessera::cpu::vec {
 namespace {
@@ -23,7 +25,10 @@ constexpr int64_t kLanes = 16;
 #elif defined(__AVX2__)
 constexpr int64_t kLanes = 8;
 #else
-constexpr int64_t kLanes = 4;
+constexpr int64_t kLanes = 8;
+// GCC warns that passing a 32-byte vector without AVX differs from the AVX calling convention;
+// every function here and in the kernels that use it has internal linkage, so no call crosses builds.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 using VF = float __attribute__((vector_size(kLanes * 4)));
 using VI = int32_t __attribute__((vector_size(kLanes * 4)));
@@ -32,6 +37,16 @@ using VH = uint16_t __attribute__((vector_size(kLanes * 2)));
 
 inline VF splat(float v) {
   return VF{} + v;
+}
+
+// The sum of the lanes as a tree: halves added lane by lane, log2(kLanes) levels, as the AVX
+// builds' horizontal sums do (so a sum's error grows with the levels, not with kLanes).
+inline float sum_lanes(VF v) {
+  float h[kLanes];
+  std::memcpy(h, &v, sizeof v);
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t i = 0; i < w; ++i) h[i] += h[i + w];
+  return h[0];
 }
 
 // ---- exp(x), Cephes expf style ----------------------------------------------------------------
