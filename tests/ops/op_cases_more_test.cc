@@ -195,6 +195,18 @@ void attention_graph_check(const Dims& d) {
 // q [B, T, H, D], k, v [B, T, Hkv, D] (GQA where Hkv < H), optionally packed segments. Each
 // output sums T probabilities times values after D-term dot products: R = T + D, k = 16 (the exp
 // approximation and the online rescaling).
+// A tolerance scale from the magnitudes of the terms an output sums, plus the output's mean size
+// (as scale_of gives every output), so that elements that cancel to near zero keep the rounding of
+// their terms.
+std::vector<double> terms_plus_mean(const std::vector<double>& terms, const std::vector<double>& out) {
+  double mean = 0;
+  for (double x : out) mean += std::abs(x);
+  mean /= std::max<size_t>(1, out.size());
+  std::vector<double> s(terms.size());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = terms[i] + mean;
+  return s;
+}
+
 OpCase attention_case(ops::AttentionOptions opt, const char* name, bool segmented = false) {
   OpCase c{.name = name,
            .dims_doc = "B,T,H,Hkv,D",
@@ -245,8 +257,13 @@ OpCase attention_case(ops::AttentionOptions opt, const char* name, bool segmente
   c.run_backward = [run](const Dims& d, DType dt, const Arrays& in) { return run(d, dt, in, true); };
   c.reference_backward = [options](const Dims& d, const Arrays& in) {
     Arrays o;
+    // dq and dk cancel where a row's probability sits on few keys (short segments, windows): their
+    // tolerances scale with the magnitudes of the summed terms, as the norms' dx do.
+    std::vector<double> dq_terms, dk_terms;
     ops::attention_bwd_ref(attention_dims(d), options(d, in), at(in, "dout"), at(in, "q"), at(in, "k"),
-                           at(in, "v"), &o.f["dq"], &o.f["dk"], &o.f["dv"]);
+                           at(in, "v"), &o.f["dq"], &o.f["dk"], &o.f["dv"], &dq_terms, &dk_terms);
+    o.f["scale:dq"] = terms_plus_mean(dq_terms, o.f["dq"]);
+    o.f["scale:dk"] = terms_plus_mean(dk_terms, o.f["dk"]);
     return o;
   };
   c.grad_inputs = {"q", "k", "v"};

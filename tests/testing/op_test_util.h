@@ -1,11 +1,13 @@
 // Shared helpers for op tests: deterministic random data, owned buffers, tolerance checks, and
-// running a test body under each ISA the machine supports.
+// running a test body under each ISA the machine supports, and TESSERA_ISA in the environment.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -98,16 +100,39 @@ inline ::testing::AssertionResult within(const std::vector<double>& got, const s
                                        << ", tolerance " << tol[worst] << " (exceeded " << worst_ratio << "x)";
 }
 
-// Runs `body` once per ISA this CPU supports, with that ISA active; restores the best one after.
+// Runs `body` once per ISA this CPU supports (scalar always), with that ISA active, whatever
+// TESSERA_ISA says: comparing the builds is the point. Restores the ISA that was active before
+// (TESSERA_ISA's, or the best) after.
 template <typename F>
 void for_each_isa(F&& body) {
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!isa_supported(isa)) continue;
     set_active_isa(isa);
     SCOPED_TRACE(std::string("isa=") + std::string(isa_name(isa)));
     body();
   }
-  set_active_isa(best_isa());
+  set_active_isa(before);
 }
+
+// TESSERA_ISA in a test binary's environment: the code outside for_each_isa runs on that ISA. A
+// name the CPU lacks skips every test (so that `TESSERA_ISA=avx512 test_ops` passes as skipped on
+// an AVX2 machine, see CMakeLists.txt); an unknown name fails them.
+class IsaFromEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* env = std::getenv("TESSERA_ISA");
+    if (env == nullptr || *env == '\0') return;
+    const std::optional<Isa> isa = isa_from_name(env);
+    if (isa && !isa_supported(*isa)) GTEST_SKIP() << "TESSERA_ISA=" << env << ": this CPU lacks that ISA";
+    try {
+      active_isa();
+    } catch (const std::exception& e) {
+      FAIL() << e.what();
+    }
+  }
+};
+inline ::testing::Environment* const kIsaFromEnvironment =
+    ::testing::AddGlobalTestEnvironment(new IsaFromEnvironment);
 
 }  // namespace tessera::testing

@@ -151,12 +151,9 @@ int help_config(const std::optional<std::string>& key, bool yaml, std::ostream& 
 }
 
 int version(std::ostream& out) {
-  std::string isa;
-  try {
-    isa = std::string(isa_name(best_isa()));
-  } catch (const Error&) {
-    isa = "none (this CPU lacks AVX2 + FMA)";
-  }
+  const Isa active = active_isa(), best = best_isa();
+  std::string isa(isa_name(active));
+  if (active != best) isa += fmt::format(" (set by TESSERA_ISA; this CPU's best: {})", isa_name(best));
   fmt::print(out, "tessera {}\nCPU kernels: {}\n", kVersion, isa);
   return kExitOk;
 }

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "tessera/cli/commands.h"
+#include "tessera/core/cpu_features.h"
 
 namespace {
 
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
 
   return run_guarded(
       [&]() -> int {
+        tessera::active_isa();  // checks TESSERA_ISA before any command starts (a kConfig error)
         if (show->parsed()) return show_config(args, std::cout);
         if (help->parsed())
           return help_config(key.empty() ? std::nullopt : std::optional(key), yaml, std::cout);

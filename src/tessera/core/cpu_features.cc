@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "tessera/core/error.h"
 
@@ -12,39 +13,100 @@ namespace tessera {
 namespace {
 std::atomic<int> g_active{-1};
 
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+#if defined(__x86_64__) || defined(__i386__)
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512bf16");
 }
-bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+bool has_avx512() {
+  return false;
+}
+bool has_avx2() {
+  return false;
+}
+#endif
+
+std::string supported_names() {
+  std::string s;
+  for (Isa isa : kAllIsas)
+    if (isa_supported(isa)) s += (s.empty() ? "" : ", ") + std::string(isa_name(isa));
+  return s;
+}
 }  // namespace
 
-std::string_view isa_name(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "avx2"; }
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
 
-bool isa_supported(Isa isa) { return isa == Isa::kAvx512 ? has_avx512() : has_avx2(); }
+std::optional<Isa> isa_from_name(std::string_view name) {
+  for (Isa isa : kAllIsas)
+    if (name == isa_name(isa)) return isa;
+  return std::nullopt;
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return has_avx2();
+    case Isa::kAvx512:
+      return has_avx512();
+  }
+  return false;
+}
 
 Isa best_isa() {
   if (has_avx512()) return Isa::kAvx512;
   if (has_avx2()) return Isa::kAvx2;
-  fail(ErrorKind::kRuntime, "this CPU lacks AVX2 and FMA; Tessera's CPU backend needs at least both");
+  return Isa::kScalar;
+}
+
+Isa isa_from_setting(std::string_view value) {
+  const std::optional<Isa> isa = isa_from_name(value);
+  if (!isa)
+    fail(ErrorKind::kConfig, "TESSERA_ISA={}: unknown instruction set; expected scalar, avx2 or avx512",
+         value);
+  if (!isa_supported(*isa))
+    fail(ErrorKind::kConfig, "TESSERA_ISA={}: this CPU does not support the {} kernels; it supports {}",
+         value, value, supported_names());
+  return *isa;
 }
 
 Isa active_isa() {
   int a = g_active.load(std::memory_order_relaxed);
   if (a < 0) {
-    a = static_cast<int>(best_isa());
+    const char* env = std::getenv("TESSERA_ISA");
+    a = static_cast<int>(env != nullptr && *env != '\0' ? isa_from_setting(env) : best_isa());
     g_active.store(a, std::memory_order_relaxed);
   }
   return static_cast<Isa>(a);
 }
 
 void set_active_isa(Isa isa) {
-  if (!isa_supported(isa)) fail(ErrorKind::kRuntime, "this CPU does not support the {} kernels", isa_name(isa));
+  if (!isa_supported(isa))
+    fail(ErrorKind::kRuntime, "this CPU does not support the {} kernels", isa_name(isa));
   g_active.store(static_cast<int>(isa), std::memory_order_relaxed);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 void set_num_threads(int n) {
   if (n < 0) fail(ErrorKind::kConfig, "num_threads must be >= 0 (0 = all cores), got {}", n);

@@ -175,11 +175,14 @@ class LlamaEngine final : public Engine {
 // oneDNN's bf16 GEMM reached 87 GFLOP/s on one core, gemv 103), gemv is the faster at every M. So
 // oneDNN takes them when the CPU's calibrated bf16 peak exceeds two thirds of its f32 peak (full-
 // rate dot products, AMX), and never without AVX-512 (oneDNN has no bf16 GEMM there). Measured
-// once per process (~40 ms).
+// once per process (~40 ms), with the AVX-512 loops whatever ISA the kernels run on: oneDNN
+// dispatches itself, so the question is one about the CPU and the answer does not depend on which
+// kernels were active first. (Under TESSERA_ISA=scalar or avx2 gemv runs narrower than measured
+// here; forcing an ISA is for checking kernels, not for speed.)
 bool onednn_for_bf16() {
   static const bool use = [] {
     if (!isa_supported(Isa::kAvx512)) return false;
-    const cpu::DevicePeak p = cpu::calibrate_cpu_peak(0.02);
+    const cpu::DevicePeak p = cpu::calibrate_cpu_peak(0.02, Isa::kAvx512);
     return p.bf16_flops > 2.0 / 3.0 * p.f32_flops;
   }();
   return use;

@@ -176,12 +176,14 @@ void attention_ref(const AttentionDims& d, const AttentionOptions& opt, const st
 // through the cap, d(scale q.k_j) = ds_j (1 - t_j^2); then dq = scale sum_j ds_j k_j,
 // dk_j += scale ds_j q, dv_j += p_j dout.
 void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, const std::vector<double>& dout,
-                       const std::vector<double>& q, const std::vector<double>& k,
-                       const std::vector<double>& v, std::vector<double>* dq, std::vector<double>* dk,
-                       std::vector<double>* dv) {
+                       const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                       std::vector<double>* dq, std::vector<double>* dk, std::vector<double>* dv,
+                       std::vector<double>* dq_terms, std::vector<double>* dk_terms) {
   dq->assign(d.B * d.T * d.H * d.D, 0.0);
   dk->assign(d.B * d.T * d.Hkv * d.D, 0.0);
   dv->assign(d.B * d.T * d.Hkv * d.D, 0.0);
+  if (dq_terms) dq_terms->assign(dq->size(), 0.0);
+  if (dk_terms) dk_terms->assign(dk->size(), 0.0);
   const double scale = opt.scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d.D)) : opt.scale;
   std::vector<double> t(d.T, 0.0), p(d.T, 0.0), dp(d.T, 0.0);
   for (int64_t b = 0; b < d.B; ++b)
@@ -204,6 +206,11 @@ void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, cons
             (*dq)[qi + x] += scale * ds * k[kj + x];
             (*dk)[kj + x] += scale * ds * q[qi + x];
             (*dv)[kj + x] += p[j] * dout[qi + x];
+          }
+          const double mag = scale * p[j] * (std::abs(dp[j]) + std::abs(dsum));
+          for (int64_t x = 0; x < d.D; ++x) {
+            if (dq_terms) (*dq_terms)[qi + x] += mag * std::abs(k[kj + x]);
+            if (dk_terms) (*dk_terms)[kj + x] += mag * std::abs(q[qi + x]);
           }
         }
       }

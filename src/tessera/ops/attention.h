@@ -85,10 +85,15 @@ struct AttentionDims {
 void attention_ref(const AttentionDims& dims, const AttentionOptions& opt, const std::vector<double>& q,
                    const std::vector<double>& k, const std::vector<double>& v, std::vector<double>* out,
                    std::vector<double>* lse);
-// Analytic gradients of sum(dout * out); recomputes the forward itself.
+// Analytic gradients of sum(dout * out); recomputes the forward itself. dq and dk are sums of
+// terms scale * p_j * (dp_j - D) * k_j (resp. q_i) that cancel where a row's probability sits on
+// few keys; dq_terms / dk_terms (optional) receive the sums of those terms' magnitudes,
+// scale * p_j * (|dp_j| + |D|) * |k_j|, which bound the float rounding of any implementation and
+// so scale the tests' tolerances. (The soft cap's factor 1 - tanh^2 <= 1 is left out of the bound.)
 void attention_bwd_ref(const AttentionDims& dims, const AttentionOptions& opt,
                        const std::vector<double>& dout, const std::vector<double>& q,
                        const std::vector<double>& k, const std::vector<double>& v, std::vector<double>* dq,
-                       std::vector<double>* dk, std::vector<double>* dv);
+                       std::vector<double>* dk, std::vector<double>* dv, std::vector<double>* dq_terms = nullptr,
+                       std::vector<double>* dk_terms = nullptr);
 
 }  // namespace tessera::ops

@@ -1,6 +1,6 @@
-// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512 and AVX2
-// from attention_kernels.inc. The op entry (ops/attention.cc) checks shapes and dtypes; these take
-// raw pointers. Layouts and the visibility rules are those of ops/attention.h.
+// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512, AVX2 and
+// the scalar baseline from attention_kernels.inc. The op entry (ops/attention.cc) checks shapes and dtypes;
+// these take raw pointers. Layouts and the visibility rules are those of ops/attention.h.
 #pragma once
 
 #include <cstdint>

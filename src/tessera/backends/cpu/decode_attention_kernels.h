@@ -1,6 +1,6 @@
 // Attention of one new query per sequence against its KV cache (the decode step), built for
-// AVX-512 and AVX2 from decode_attention_kernels.inc. The op entry (ops/decode_attention.h) checks
-// shapes and dtypes and states the math; these take raw pointers.
+// AVX-512, AVX2 and the scalar baseline from decode_attention_kernels.inc. The op entry
+// (ops/decode_attention.h) checks shapes and dtypes and states the math; these take raw pointers.
 #pragma once
 
 #include <cstdint>

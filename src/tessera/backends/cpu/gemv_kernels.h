@@ -1,6 +1,6 @@
 // Small-M matrix products for decoding: y[M, N] (+)= x[M, K] · W[N, K]ᵀ, with W stored one output
 // per row (Hugging Face's nn.Linear layout, [out, in]), so that each thread streams a contiguous
-// range of W once per call. Built for AVX-512 and AVX2 from gemv_kernels.inc. The op entry
+// range of W once per call. Built for AVX-512, AVX2 and scalar from gemv_kernels.inc. The op entry
 // (ops/gemv.h) checks shapes and dtypes; these take raw pointers.
 //
 // Why not oneDNN for this shape: decoding one token per sequence makes M = 1..32 while W holds

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "tessera/backends/cpu/peak_kernels.h"
+#include "tessera/core/error.h"
 
 namespace tessera::cpu {
 
@@ -41,7 +42,15 @@ double measure(double (*kernel)(int64_t, float*), double seconds) {
 }  // namespace
 
 DevicePeak calibrate_cpu_peak(double seconds) {
-  const auto& k = cpu::peak_kernels();
+  return calibrate_cpu_peak(seconds, active_isa());
+}
+
+DevicePeak calibrate_cpu_peak(double seconds, Isa isa) {
+  TESSERA_CHECK(isa_supported(isa), ErrorKind::kRuntime, "this CPU does not support the {} kernels",
+                isa_name(isa));
+  const cpu::PeakKernels& k = isa == Isa::kAvx512 ? cpu::avx512::kPeakKernels
+                              : isa == Isa::kAvx2 ? cpu::avx2::kPeakKernels
+                                                  : cpu::scalar::kPeakKernels;
   DevicePeak p;
   p.f32_flops = measure(k.fma_f32, seconds);
   p.bf16_flops = k.dot_bf16 ? measure(k.dot_bf16, seconds) : p.f32_flops;

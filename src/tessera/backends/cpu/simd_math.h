@@ -6,22 +6,26 @@
 // Accuracy: |f(x) - exact| <= rel * |exact| + 2^-149 for every float x (the second term, the
 // subnormal spacing, matters only where the result underflows), with rel as stated and, in
 // brackets, the largest relative error a dense sweep measured. tests/ops/activation_test.cc
-// enforces the bounds on both ISA builds.
+// enforces the bounds on every ISA build.
 //   exp_f32   rel 1.5e-7  (8.4e-8 = 1.4 * 2^-24); 0 below x = -103.9, +inf above 88.7228.
 //   tanh_f32  rel 2.5e-7  (1.4e-7)
 //   erf_f32   rel 3e-7    (1.9e-7)
 //   erfc_f32  rel 6e-7    (4.3e-7, near x = 0.8); subnormal past x = 9.2, 0 past 10.05.
 //   NaN gives NaN; +-inf give the limits.
 //
-// Polynomials are evaluated with explicit std::fma so that the AVX2 and AVX-512 builds round
-// identically (both have FMA; the baseline x86-64 build never runs these in a hot loop).
+// Polynomials are evaluated with explicit fused multiply-adds (mul_add) so that the AVX2 and
+// AVX-512 builds round identically (both have FMA). The scalar build has no FMA instruction: there
+// mul_add evaluates a*b + c in double, where the product of two floats is exact, so it differs
+// from a true fma only by the double rounding of the sum (at most 2^-29 relative on top of the
+// f32 rounding), which the bounds above absorb; libm's fmaf would be exact, but it is a call that
+// does not vectorise and costs tens of cycles in software.
 //
 // Linkage: everything sits in an anonymous namespace. The header is included by translation
 // units compiled with different -m flags; internal linkage keeps the linker from merging an
-// AVX-512 copy of an inline function into AVX2 code (an ODR trap with plain `inline`).
+// AVX-512 copy of an inline function into AVX2 or scalar code (an ODR trap with plain `inline`).
 //
 // Checking that a kernel vectorised: its loops use zmm registers in the AVX-512 object (ymm in
-// the AVX2 one) and it calls no libm function. In the build tree, for example:
+// the AVX2 one, xmm in the x86-64 scalar one) and it calls no libm function. In the build tree:
 //   objdump -d -C CMakeFiles/tessera_backends.dir/src/tessera/backends/cpu/norm_kernels_avx512.cc.o
 //
 // Left out: log, sin/cos (RoPE tables are built once in double with libm).
@@ -33,6 +37,17 @@
 
 namespace tessera::cpu {
 namespace {
+
+// ---- fused multiply-add -----------------------------------------------------------------------
+
+// a * b + c rounded once where the build has FMA; in double otherwise (exact product, see above).
+inline float mul_add(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b) + static_cast<double>(c));
+#endif
+}
 
 // ---- bf16 <-> f32, branch-free (match tessera::f32_to_bf16 bit for bit) ------------------------
 
@@ -87,17 +102,17 @@ inline float exp_with_tail_f32(float x, float lo) {
   // passes both comparisons unchanged and propagates through the polynomial.
   float xc = x < -104.0f ? -104.0f : x;
   xc = xc > 88.73f ? 88.73f : xc;
-  float t = std::fma(xc, kLog2e, kRound);  // kRound + round(x * log2e)
+  float t = mul_add(xc, kLog2e, kRound);  // kRound + round(x * log2e)
   float n = t - kRound;
-  float r = std::fma(n, -kLn2Hi, xc);
-  r = std::fma(n, -kLn2Lo, r) + lo;
+  float r = mul_add(n, -kLn2Hi, xc);
+  r = mul_add(n, -kLn2Lo, r) + lo;
   float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
-  p = std::fma(p, r * r, r) + 1.0f;
+  p = mul_add(p, r, 1.3981999507e-3f);
+  p = mul_add(p, r, 8.3334519073e-3f);
+  p = mul_add(p, r, 4.1665795894e-2f);
+  p = mul_add(p, r, 1.6666665459e-1f);
+  p = mul_add(p, r, 5.0000001201e-1f);
+  p = mul_add(p, r * r, r) + 1.0f;
   // Integer n from the low mantissa bits of t (unsigned arithmetic: no overflow for NaN inputs).
   int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound));
   int32_t n1 = ni >> 1;
@@ -120,11 +135,11 @@ inline float tanh_f32(float x) {
   float ax = std::fabs(x);
   float z = x * x;
   float p = -5.70498872745e-3f;
-  p = std::fma(p, z, 2.06390887954e-2f);
-  p = std::fma(p, z, -5.37397155531e-2f);
-  p = std::fma(p, z, 1.33314422036e-1f);
-  p = std::fma(p, z, -3.33332819422e-1f);
-  float small = std::fma(x * z, p, x);
+  p = mul_add(p, z, 2.06390887954e-2f);
+  p = mul_add(p, z, -5.37397155531e-2f);
+  p = mul_add(p, z, 1.33314422036e-1f);
+  p = mul_add(p, z, -3.33332819422e-1f);
+  float small = mul_add(x * z, p, x);
   float large = 1.0f - 2.0f / (exp_f32(2.0f * ax) + 1.0f);
   large = std::copysign(large, x);
   return ax < 0.625f ? small : large;
@@ -137,17 +152,17 @@ inline float tanh_f32(float x) {
 // steadily, so Horner's rule in f32 loses no digits to cancellation.
 inline float erf_small_f32(float x) {
   float z = x * x;
-  float p = 1.0f / 76204800.0f;            // k = 10: 10! * 21
-  p = std::fma(p, z, -1.0f / 6894720.0f);  // 9! * 19
-  p = std::fma(p, z, 1.0f / 685440.0f);    // 8! * 17
-  p = std::fma(p, z, -1.0f / 75600.0f);    // 7! * 15
-  p = std::fma(p, z, 1.0f / 9360.0f);      // 6! * 13
-  p = std::fma(p, z, -1.0f / 1320.0f);     // 5! * 11
-  p = std::fma(p, z, 1.0f / 216.0f);       // 4! * 9
-  p = std::fma(p, z, -1.0f / 42.0f);       // 3! * 7
-  p = std::fma(p, z, 1.0f / 10.0f);        // 2! * 5
-  p = std::fma(p, z, -1.0f / 3.0f);        // 1! * 3
-  p = std::fma(p, z, 1.0f);
+  float p = 1.0f / 76204800.0f;           // k = 10: 10! * 21
+  p = mul_add(p, z, -1.0f / 6894720.0f);  // 9! * 19
+  p = mul_add(p, z, 1.0f / 685440.0f);    // 8! * 17
+  p = mul_add(p, z, -1.0f / 75600.0f);    // 7! * 15
+  p = mul_add(p, z, 1.0f / 9360.0f);      // 6! * 13
+  p = mul_add(p, z, -1.0f / 1320.0f);     // 5! * 11
+  p = mul_add(p, z, 1.0f / 216.0f);       // 4! * 9
+  p = mul_add(p, z, -1.0f / 42.0f);       // 3! * 7
+  p = mul_add(p, z, 1.0f / 10.0f);        // 2! * 5
+  p = mul_add(p, z, -1.0f / 3.0f);        // 1! * 3
+  p = mul_add(p, z, 1.0f);
   return x * p * 1.12837916709551257f;  // 2/sqrt(pi)
 }
 
@@ -158,20 +173,20 @@ inline float erf_small_f32(float x) {
 // an absolute error of up to a^2 * 2^-24 that exp would turn into a relative one, is avoided.
 inline float erfc_nonneg_f32(float a) {
   a = a > 10.5f ? 10.5f : a;  // erfc(10.5) underflows to 0 already; keeps inf out of a^2 - a^2
-  float t = 1.0f / std::fma(0.5f, a, 1.0f);
+  float t = 1.0f / mul_add(0.5f, a, 1.0f);
   float q = 0.17087277f;
-  q = std::fma(q, t, -0.82215223f);
-  q = std::fma(q, t, 1.48851587f);
-  q = std::fma(q, t, -1.13520398f);
-  q = std::fma(q, t, 0.27886807f);
-  q = std::fma(q, t, -0.18628806f);
-  q = std::fma(q, t, 0.09678418f);
-  q = std::fma(q, t, 0.37409196f);
-  q = std::fma(q, t, 1.00002368f);
-  q = std::fma(q, t, -1.26551223f);
+  q = mul_add(q, t, -0.82215223f);
+  q = mul_add(q, t, 1.48851587f);
+  q = mul_add(q, t, -1.13520398f);
+  q = mul_add(q, t, 0.27886807f);
+  q = mul_add(q, t, -0.18628806f);
+  q = mul_add(q, t, 0.09678418f);
+  q = mul_add(q, t, 0.37409196f);
+  q = mul_add(q, t, 1.00002368f);
+  q = mul_add(q, t, -1.26551223f);
   float a2 = a * a;
-  float a2_err = std::fma(a, a, -a2);  // a^2 = a2 + a2_err exactly
-  float hi = q - a2;                   // two-sum: q - a2 = hi + hi_err exactly
+  float a2_err = mul_add(a, a, -a2);  // a^2 = a2 + a2_err exactly (in double too: the error fits)
+  float hi = q - a2;                  // two-sum: q - a2 = hi + hi_err exactly
   float v = hi - q;
   float hi_err = (q - (hi - v)) + (-a2 - v);
   return t * exp_with_tail_f32(hi, hi_err - a2_err);

@@ -1,7 +1,10 @@
 // Vector math on GCC vector types: kLanes floats, the widest register of the ISA this translation
 // unit is compiled for (16 with AVX-512, 8 with AVX2), and the vectorised exp that the attention
-// and cross-entropy kernels share. Everything has internal linkage, so the AVX-512 and AVX2 builds
-// of a kernel family each get their own copy and neither leaks into the other.
+// and cross-entropy kernels share. The scalar build keeps 8: the tests' error bounds assume lane
+// sums of at most n/8 terms, and GCC lowers an 8-float vector to two 128-bit registers on baseline
+// x86-64 (SSE2) and AArch64, or to scalar code on a target without vector registers.
+// Everything has internal linkage, so each ISA build of a kernel family gets its own copy and none
+// leaks into another.
 //
 // Why vector types and not scalar loops under `#pragma omp simd` (as simd_math.h offers): the
 // exp's range checks are selects, and in a scalar loop GCC threads them into branches whose
@@ -12,14 +15,20 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace tessera::cpu::vec {
 namespace {
 
 #if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int64_t kLanes = 8;
 #else
 constexpr int64_t kLanes = 8;
+// GCC warns that passing a 32-byte vector without AVX differs from the AVX calling convention;
+// every function here and in the kernels that use it has internal linkage, so no call crosses builds.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 using VF = float __attribute__((vector_size(kLanes * 4)));
 using VI = int32_t __attribute__((vector_size(kLanes * 4)));
@@ -28,6 +37,16 @@ using VH = uint16_t __attribute__((vector_size(kLanes * 2)));
 
 inline VF splat(float v) {
   return VF{} + v;
+}
+
+// The sum of the lanes as a tree: halves added lane by lane, log2(kLanes) levels, as the AVX
+// builds' horizontal sums do (so a sum's error grows with the levels, not with kLanes).
+inline float sum_lanes(VF v) {
+  float h[kLanes];
+  std::memcpy(h, &v, sizeof v);
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t i = 0; i < w; ++i) h[i] += h[i + w];
+  return h[0];
 }
 
 // ---- exp(x), Cephes expf style ----------------------------------------------------------------
@@ -56,7 +75,7 @@ inline VF exp_vec(VF x) {
   const VF n = t - kRoundMagic;
   VF r = xc - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  VF p = kP0 * r + kP1;  // Horner; GCC contracts each step into an FMA
+  VF p = kP0 * r + kP1;  // Horner; GCC contracts each step into an FMA where the build has one
   p = p * r + kP2;
   p = p * r + kP3;
   p = p * r + kP4;

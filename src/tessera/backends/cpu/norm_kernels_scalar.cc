@@ -1,0 +1,2 @@
+#define TESSERA_ISA_NS scalar
+#include "tessera/backends/cpu/norm_kernels.inc"

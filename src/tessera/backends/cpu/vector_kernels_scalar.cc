@@ -1,0 +1,2 @@
+#define TESSERA_ISA_NS scalar
+#include "tessera/backends/cpu/vector_kernels.inc"
