@@ -480,7 +480,7 @@ int Trainer::agree_on_signal(int sig) {
 
 // Measured bytes of the first step against the figures the layouts predict (param_sync.h).
 std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t) const {
-  const dist::TrafficCounters e = graph::expected_traffic(*plan_, cfg_.gradient_accumulation_steps);
+  const dist::TrafficCounters e = graph::expected_traffic(plan_->spec(), cfg_.gradient_accumulation_steps);
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   return fmt::format(
       "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "
