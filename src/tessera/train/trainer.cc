@@ -188,11 +188,11 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   log_ << plan_->summary() << "\n";
   log_ << fmt::format(
       "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
-      "(MaxText's count: 3 x forward matmul + causal attention, recompute not counted); "
-      "start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
+      "(MaxText's count over this rank's plan: 3 x forward matmul + causal attention, recompute not "
+      "counted); start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
       cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated",
-      spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
+      plan_->flops().model_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
@@ -426,9 +426,9 @@ StepMetrics Trainer::step() {
   r.grad_norm = exec_->apply_optimizer(os).grad_norm;
   r.seconds = since(t0);
   r.total_weights = counted;
-  // Per device: this rank's rows, and its 1 / tp share of the model under tensor parallelism.
-  const double flops =
-      spec_.training_flops_per_step() * static_cast<double>(micro_steps) / static_cast<double>(spec_.tp_size);
+  // Per device: the FLOPs of this rank's plan (its rows, and under tensor parallelism its shard of
+  // the model), MaxText's count.
+  const double flops = plan_->flops().model_training() * static_cast<double>(micro_steps);
   r.tflops_per_device = flops / r.seconds / 1e12;
   r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
   r.mfu = flops / r.seconds / peak_flops_;
@@ -446,8 +446,7 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
       {"learning/current_learning_rate", m.learning_rate},
       {"learning/total_weights", static_cast<double>(m.total_weights)},
       {"perf/step_time_seconds", m.seconds},
-      {"perf/per_device_tflops",
-       spec_.training_flops_per_step() * micro_steps / static_cast<double>(spec_.tp_size) / 1e12},
+      {"perf/per_device_tflops", plan_->flops().model_training() * micro_steps / 1e12},
       {"perf/per_device_tflops_per_sec", m.tflops_per_device},
       {"perf/per_device_tokens",
        static_cast<double>(m.total_weights) / static_cast<double>(mesh_->num_devices())},
