@@ -101,15 +101,11 @@ size_t numel(const Shape& s) {
   return static_cast<size_t>(s.numel());
 }
 
-}  // namespace
+using Schedule = std::vector<Collective>;
+const std::vector<MeshAxis> kF = {MeshAxis::kFsdp}, kD = {MeshAxis::kData};
 
-void PlanSpec::build_schedule() {
-  collectives_.clear();
-  const int64_t data = sharding_.size(MeshAxis::kData), fsdp = sharding_.size(MeshAxis::kFsdp);
-  if (sharding_.world() == 1) return;
-  const Graph& g = graph_;
-  const PassFacts f = walk_pass(g, layouts_, layout_index_, first_opt_);
-  const std::vector<MeshAxis> kF = {MeshAxis::kFsdp}, kD = {MeshAxis::kData};
+// FSDP gathers: per decoder layer one per gathered value per run, outside the layers one per step.
+void add_gathers(const Graph& g, const std::vector<ParamLayout>& layouts, const PassFacts& f, Schedule& out) {
   auto gather_bytes = [&](ValueId v) { return numel(g.value(v).shape) * dtype_size(g.value(v).dtype); };
   // Decoder-layer gathers, one per gathered value per run.
   for (size_t r = 0; r < f.runs.size(); ++r) {
@@ -119,41 +115,51 @@ void PlanSpec::build_schedule() {
       issue = -1;
     else if (f.runs[r - 1].second % 2 != layer % 2)
       issue = f.runs[r - 1].first;
-    for (const ParamLayout& L : layouts_)
+    for (const ParamLayout& L : layouts)
       if (L.sharded() && L.layer == layer)
         for (const auto& gv : L.gathered)
-          collectives_.push_back({CollectiveWhen::kEveryPass, CollectiveKind::kAllGather, kF, L.param,
-                                  gv.value, layer, gather_bytes(gv.value), issue, first});
+          out.push_back({CollectiveWhen::kEveryPass, CollectiveKind::kAllGather, kF, L.param, gv.value, layer,
+                         gather_bytes(gv.value), issue, first});
   }
   // Outer gathers, once per step.
-  for (size_t k = 0; k < layouts_.size(); ++k) {
-    const ParamLayout& L = layouts_[k];
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    const ParamLayout& L = layouts[k];
     if (!L.sharded() || L.layer >= 0 || f.outer_first_use[k] < 0) continue;
     for (const auto& gv : L.gathered)
-      collectives_.push_back({CollectiveWhen::kOncePerStep, CollectiveKind::kAllGather, kF, L.param, gv.value,
-                              -1, gather_bytes(gv.value), -1, f.outer_first_use[k]});
+      out.push_back({CollectiveWhen::kOncePerStep, CollectiveKind::kAllGather, kF, L.param, gv.value, -1,
+                     gather_bytes(gv.value), -1, f.outer_first_use[k]});
   }
+}
+
+void add_layer_reductions(const Graph& g, const std::vector<ParamLayout>& layouts, const PassFacts& f,
+                          Schedule& out) {
   // Decoder-layer gradients: reduce-scattered from slot layer % 2, drained before its next layer.
   for (const auto& [layer, span] : f.layer_grads) {
     int drain = -1;
     for (const auto& [other, o] : f.layer_grads)
       if (other % 2 == layer % 2 && other != layer && o.first > span.second && (drain < 0 || o.first < drain))
         drain = o.first;
-    for (const ParamLayout& L : layouts_) {
+    for (const ParamLayout& L : layouts) {
       if (!L.sharded() || L.layer != layer) continue;
       const Value& v = g.value(L.param);
-      collectives_.push_back({CollectiveWhen::kEveryPass, CollectiveKind::kReduceScatter, kF, L.param, v.grad,
-                              layer, 4 * numel(v.shape), span.second, drain, span.first});
+      out.push_back({CollectiveWhen::kEveryPass, CollectiveKind::kReduceScatter, kF, L.param, v.grad, layer,
+                     4 * numel(v.shape), span.second, drain, span.first});
     }
   }
+}
+
+// Step 1 of the other gradients, step 2 over data, and ZeRO-1's gathers after the update.
+void add_other_reductions(const Graph& g, const std::vector<ParamLayout>& layouts, const PassFacts& f,
+                          const PlanSharding& sh, Schedule& out) {
+  const int64_t data = sh.size(MeshAxis::kData), fsdp = sh.size(MeshAxis::kFsdp);
   // The other gradients, in the order their last writers run (then by layout).
   std::vector<size_t> ready;
-  for (size_t k = 0; k < layouts_.size(); ++k)
-    if (f.last_writer[k] >= 0 && !(layouts_[k].sharded() && layouts_[k].layer >= 0)) ready.push_back(k);
+  for (size_t k = 0; k < layouts.size(); ++k)
+    if (f.last_writer[k] >= 0 && !(layouts[k].sharded() && layouts[k].layer >= 0)) ready.push_back(k);
   std::stable_sort(ready.begin(), ready.end(),
                    [&](size_t a, size_t b) { return f.last_writer[a] < f.last_writer[b]; });
   for (size_t k : ready) {
-    const ParamLayout& L = layouts_[k];
+    const ParamLayout& L = layouts[k];
     const Value& v = g.value(L.param);
     Collective c{CollectiveWhen::kLastMicroStep,
                  CollectiveKind::kAllReduce,
@@ -172,23 +178,25 @@ void PlanSpec::build_schedule() {
       c.group = {MeshAxis::kData, MeshAxis::kFsdp};
       if (data * fsdp == 1) continue;  // nothing to reduce (tensor parallelism alone)
     }
-    collectives_.push_back(c);
+    out.push_back(c);
   }
   // Step 2 over data, then ZeRO-1's gathers.
-  for (const ParamLayout& L : layouts_) {
+  for (const ParamLayout& L : layouts) {
     if (data == 1 || fsdp == 1 || (!L.sharded() && L.opt_parts == 1)) continue;
-    collectives_.push_back({CollectiveWhen::kBeforeUpdate,
-                            L.opt_parts > 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, kD,
-                            L.param, g.value(L.param).grad, -1, 4 * numel(L.stored.shape)});
+    out.push_back({CollectiveWhen::kBeforeUpdate,
+                   L.opt_parts > 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, kD, L.param,
+                   g.value(L.param).grad, -1, 4 * numel(L.stored.shape)});
   }
-  for (const ParamLayout& L : layouts_) {
+  for (const ParamLayout& L : layouts) {
     if (L.opt_parts == 1) continue;
     for (ValueId id : {L.param, g.value(L.param).compute_copy})
       if (id != kNoValue)
-        collectives_.push_back({CollectiveWhen::kAfterUpdate, CollectiveKind::kAllGather, kD, L.param, id, -1,
-                                numel(L.stored.shape) * dtype_size(g.value(id).dtype)});
+        out.push_back({CollectiveWhen::kAfterUpdate, CollectiveKind::kAllGather, kD, L.param, id, -1,
+                       numel(L.stored.shape) * dtype_size(g.value(id).dtype)});
   }
-  memory_.collective_scratch_estimate = 0;
+}
+
+size_t scratch_estimate(const Schedule& schedule, const PlanSharding& sh) {
   // Estimated, not exact: the pool (mpi_communicator.cc: ScratchPool) holds what the most blocks in
   // flight at once needed, carved from 16 MiB chunks with a free list; which blocks overlap depends
   // on how fast the peers progress. The estimate takes step 1's reductions all in flight together
@@ -199,9 +207,9 @@ void PlanSpec::build_schedule() {
   // reused before the last ones start).
   size_t step1 = 0, step2 = 0, pair = 0;
   std::map<int, size_t> per_layer;
-  for (const Collective& c : collectives_) {
+  for (const Collective& c : schedule) {
     int64_t ranks = 1;
-    for (MeshAxis a : c.group) ranks *= sharding_.size(a);
+    for (MeshAxis a : c.group) ranks *= sh.size(a);
     const size_t b = collective_scratch_bytes(c, ranks);
     if (c.when == CollectiveWhen::kLastMicroStep) step1 += b;
     if (c.when == CollectiveWhen::kBeforeUpdate) step2 += b;
@@ -213,7 +221,20 @@ void PlanSpec::build_schedule() {
     pair = std::max(pair, it->second + (next != per_layer.end() ? next->second : 0));
   }
   const size_t most = std::max(step1 + pair, step2), chunk = size_t{16} << 20;
-  memory_.collective_scratch_estimate = (most + chunk - 1) / chunk * chunk;
+  return (most + chunk - 1) / chunk * chunk;
+}
+
+}  // namespace
+
+void PlanSpec::build_schedule() {
+  collectives_.clear();
+  memory_.collective_scratch_estimate = 0;
+  if (sharding_.world() == 1) return;
+  const PassFacts f = walk_pass(graph_, layouts_, layout_index_, first_opt_);
+  add_gathers(graph_, layouts_, f, collectives_);
+  add_layer_reductions(graph_, layouts_, f, collectives_);
+  add_other_reductions(graph_, layouts_, f, sharding_, collectives_);
+  memory_.collective_scratch_estimate = scratch_estimate(collectives_, sharding_);
 }
 
 size_t collective_scratch_bytes(const Collective& c, int64_t ranks) {
