@@ -197,31 +197,44 @@ void add_other_reductions(const Graph& g, const std::vector<ParamLayout>& layout
 }
 
 size_t scratch_estimate(const Schedule& schedule, const PlanSharding& sh) {
-  // Estimated, not exact: the pool (mpi_communicator.cc: ScratchPool) holds what the most blocks in
-  // flight at once needed, carved from 16 MiB chunks with a free list; which blocks overlap depends
-  // on how fast the peers progress. The estimate takes step 1's reductions all in flight together
-  // with the two gradient slots' largest pair of layers, or step 2's, whichever is larger, and
-  // rounds up to whole chunks. It is an upper figure where many reductions start close together:
-  // on llama-125m (4 x 1024 tokens, 2 ranks) it gives 128 MiB for FSDP (the first step maps 128)
+  // Estimated, not exact: each group's communicator has its own pool (mpi_communicator.cc:
+  // ScratchPool), which holds what the most blocks in flight at once needed, carved from 16 MiB
+  // chunks with a free list; which blocks overlap depends on how fast the peers progress. Per
+  // group the estimate takes step 1's reductions all in flight together with the two gradient
+  // slots' largest pair of layers, or step 2's, whichever is larger, rounded up to whole chunks.
+  // It matches the mapped figure on llama-test (FSDP over 2 ranks: 32 MiB, one chunk each for the
+  // fsdp and {data, fsdp} groups; ZeRO-1: 16 MiB) and is an upper figure where many reductions
+  // start close together: on llama-125m (4 x 1024 tokens, 2 ranks) 144 MiB for FSDP (128 mapped)
   // and 256 MiB for data parallelism (64 mapped: early all-reduces finish and their blocks are
   // reused before the last ones start).
-  size_t step1 = 0, step2 = 0, pair = 0;
-  std::map<int, size_t> per_layer;
+  struct Need {
+    size_t step1 = 0, step2 = 0;
+    std::map<int, size_t> per_layer;
+  };
+  std::map<std::vector<MeshAxis>, Need> groups;
   for (const Collective& c : schedule) {
     int64_t ranks = 1;
     for (MeshAxis a : c.group) ranks *= sh.size(a);
     const size_t b = collective_scratch_bytes(c, ranks);
-    if (c.when == CollectiveWhen::kLastMicroStep) step1 += b;
-    if (c.when == CollectiveWhen::kBeforeUpdate) step2 += b;
+    if (b == 0) continue;
+    Need& n = groups[c.group];
+    if (c.when == CollectiveWhen::kLastMicroStep) n.step1 += b;
+    if (c.when == CollectiveWhen::kBeforeUpdate) n.step2 += b;
     if (c.when == CollectiveWhen::kEveryPass && c.kind == CollectiveKind::kReduceScatter)
-      per_layer[c.layer] += b;
+      n.per_layer[c.layer] += b;
   }
-  for (auto it = per_layer.begin(); it != per_layer.end(); ++it) {
-    auto next = std::next(it);
-    pair = std::max(pair, it->second + (next != per_layer.end() ? next->second : 0));
+  const size_t chunk = size_t{16} << 20;
+  size_t total = 0;
+  for (const auto& [group, n] : groups) {
+    size_t pair = 0;
+    for (auto it = n.per_layer.begin(); it != n.per_layer.end(); ++it) {
+      auto next = std::next(it);
+      pair = std::max(pair, it->second + (next != n.per_layer.end() ? next->second : 0));
+    }
+    const size_t most = std::max(n.step1 + pair, n.step2);
+    total += (most + chunk - 1) / chunk * chunk;
   }
-  const size_t most = std::max(step1 + pair, step2), chunk = size_t{16} << 20;
-  return (most + chunk - 1) / chunk * chunk;
+  return total;
 }
 
 }  // namespace
