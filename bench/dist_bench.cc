@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     const Phase serial = measure(t, steps);
     const double tokens = static_cast<double>(cfg.global_batch_size_to_train_on * cfg.max_target_length);
     const tessera::dist::TrafficCounters expected =
-        tessera::graph::expected_traffic(t.plan(), cfg.gradient_accumulation_steps);
+        tessera::graph::expected_traffic(t.plan().spec(), cfg.gradient_accumulation_steps);
     // Hidden: the collectives' time (all of it blocks without overlap) that neither a wait nor a
     // progress call spent on the compute thread when overlapping.
     const double serial_total = serial.blocked_seconds + serial.progress_seconds;

@@ -22,12 +22,13 @@
 
 namespace tessera::graph {
 
-Executor::Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh)
-    : plan_(plan), rope_(std::move(rope)), mesh_(mesh) {
-  for (const Value& v : plan_.graph().values())
-    if (v.kind == ValueKind::kParam) grads_.push_back(plan_.opt_view(v.grad));
-  if (mesh_ && mesh_->num_devices() > 1) sync_ = std::make_unique<ParamSync>(plan_, *mesh_);
-  TESSERA_CHECK(sync_ || (!plan_.any_sharded() && !plan_.zero1()), ErrorKind::kInternal,
+Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
+                   dist::Mesh* mesh)
+    : spec_(spec), ws_(workspace), rope_(std::move(rope)), mesh_(mesh) {
+  for (const Value& v : spec_.graph().values())
+    if (v.kind == ValueKind::kParam) grads_.push_back(ws_.opt_view(v.grad));
+  if (mesh_ && mesh_->num_devices() > 1) sync_ = std::make_unique<ParamSync>(spec_, ws_, *mesh_);
+  TESSERA_CHECK(sync_ || (!spec_.any_sharded() && !spec_.zero1()), ErrorKind::kInternal,
                 "a sharded plan needs the mesh it was planned for");
 }
 
@@ -35,10 +36,10 @@ Executor::~Executor() = default;
 
 void Executor::zero_grads() {
   if (sync_) return sync_->zero_grads();
-  const auto& values = plan_.graph().values();
+  const auto& values = spec_.graph().values();
   for (size_t i = 0; i < values.size(); ++i)
     if (values[i].kind == ValueKind::kGrad) {
-      const Tensor& t = plan_.view(static_cast<ValueId>(i));
+      const Tensor& t = ws_.view(static_cast<ValueId>(i));
       std::memset(t.data(), 0, t.nbytes());
     }
 }
@@ -50,7 +51,7 @@ Tensor heads_view(const Tensor& t, const NodeAttrs& a, int heads) {
   return t.reshape(Shape{a.batch, a.seq, heads, a.head_dim});
 }
 
-ops::AttentionOptions attention_options(const Plan& p, const Node& n, size_t seg_index) {
+ops::AttentionOptions attention_options(const Workspace& p, const Node& n, size_t seg_index) {
   ops::AttentionOptions o;
   o.sliding_window = n.attrs.sliding_window;
   if (n.in.size() > seg_index) o.segment_ids = p.view(n.in[seg_index]);
@@ -93,7 +94,7 @@ void vocab_cross_entropy(dist::Communicator& group, const Tensor& logits, const 
 }  // namespace
 
 void Executor::run(const Node& n) {
-  const Plan& p = plan_;
+  const Workspace& p = ws_;
   auto in = [&](size_t i) -> const Tensor& { return p.view(n.in[i]); };
   auto out = [&](size_t i) -> const Tensor& { return p.view(n.out[i]); };
   const NodeAttrs& a = n.attrs;
@@ -171,7 +172,7 @@ void Executor::run(const Node& n) {
     // The optimizer updates this rank's pieces (opt_view: the whole tensors on one device).
     case OpKind::kAdamW: {
       ops::AdamWHyperparams hp = step_.adamw;
-      if (!p.graph().value(n.in[0]).weight_decay) hp.weight_decay = 0;
+      if (!spec_.graph().value(n.in[0]).weight_decay) hp.weight_decay = 0;
       hp.grad_scale = grad_scale_;
       ops::adamw_update(p.opt_view(n.in[0]), p.opt_view(n.in[1]), p.opt_view(n.in[2]), p.opt_view(n.in[3]),
                         hp, n.out.empty() ? Tensor() : p.opt_view(n.out[0]));
@@ -187,7 +188,7 @@ void Executor::run(const Node& n) {
 }
 
 void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_step) {
-  const auto& nodes = plan_.graph().nodes();
+  const auto& nodes = spec_.graph().nodes();
   if (sync_) sync_->begin_pass(forward_only, last_micro_step);
   for (int i = begin; i < end; ++i) {
     if (forward_only && nodes[i].phase != Phase::kForward) continue;
@@ -208,7 +209,7 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
     ProfileRow& row = profile_[{static_cast<int>(nodes[i].op), static_cast<int>(nodes[i].phase)}];
     row.seconds += std::chrono::duration<double>(t3 - t0).count();
     row.sync_seconds += std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
-    row.flops += node_flops(plan_.graph(), nodes[i]);
+    row.flops += node_flops(spec_.graph(), nodes[i]);
     ++row.calls;
   }
 }
@@ -234,27 +235,27 @@ std::string Executor::profile_report() const {
 }
 
 double Executor::summed_loss(int64_t* counted) const {
-  const Graph& g = plan_.graph();
+  const Graph& g = spec_.graph();
   const Node& ce = g.nodes()[g.value(g.loss()).producer];
-  ops::MeanLoss m = ops::cross_entropy_mean(plan_.view(g.loss()), plan_.view(ce.in[1]));
+  ops::MeanLoss m = ops::cross_entropy_mean(ws_.view(g.loss()), ws_.view(ce.in[1]));
   if (counted) *counted = m.count;
   return m.mean * static_cast<double>(m.count);
 }
 
 double Executor::forward_backward(bool last_micro_step) {
-  run_range(0, plan_.first_optimizer_node(), false, last_micro_step);
+  run_range(0, spec_.first_optimizer_node(), false, last_micro_step);
   return summed_loss(nullptr);
 }
 
 double Executor::forward_only(int64_t* counted) {
-  run_range(0, plan_.first_optimizer_node(), true, false);
+  run_range(0, spec_.first_optimizer_node(), true, false);
   return summed_loss(counted);
 }
 
 double Executor::param_norm() {
   if (sync_) return std::sqrt(sync_->param_sq_norm());
   std::vector<Tensor> params;
-  for (ValueId p : plan_.graph().params()) params.push_back(plan_.state(p));
+  for (ValueId p : spec_.graph().params()) params.push_back(ws_.state(p));
   return ops::global_norm(params);
 }
 
@@ -266,8 +267,8 @@ OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   r.clip_scale = ops::clip_scale(r.grad_norm, step.clip_threshold);
   step_ = step;
   grad_scale_ = r.clip_scale / step.grad_divisor;
-  const auto& nodes = plan_.graph().nodes();
-  for (size_t i = static_cast<size_t>(plan_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
+  const auto& nodes = spec_.graph().nodes();
+  for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
   if (sync_) sync_->after_optimizer();
   return r;
 }

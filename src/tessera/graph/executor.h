@@ -1,5 +1,6 @@
-// Executor: runs a Plan's nodes on the CPU backend. The views of every value are fixed when the
-// plan is built, so a step is a loop over nodes dispatching to ops (no allocation, no lookups).
+// Executor: runs a PlanSpec's nodes (plan_spec.h) on the CPU backend over the tensors of its
+// Workspace (workspace.h). The views of every value are fixed when the workspace is made, so a
+// step is a loop over nodes dispatching to ops (no allocation, no lookups).
 //
 // A training step with gradient accumulation is:
 //   zero_grads();  for each micro-batch { write inputs; forward_backward(); }  apply_optimizer(...)
@@ -36,8 +37,12 @@ struct OptimizerResult {
 
 class Executor {
  public:
-  // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on.
-  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh = nullptr);
+  // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on. The
+  // spec and workspace (not owned) must outlive the executor; the workspace must be the spec's.
+  Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
+           dist::Mesh* mesh = nullptr);
+  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh = nullptr)
+      : Executor(plan.spec(), plan.workspace(), std::move(rope), mesh) {}
   ~Executor();
 
   void zero_grads();
@@ -54,7 +59,7 @@ class Executor {
   // The global L2 norm of the f32 master parameters (over all ranks' pieces; collective).
   double param_norm();
 
-  Plan& plan() { return plan_; }
+  const PlanSpec& spec() const { return spec_; }
   dist::Mesh* mesh() { return mesh_; }
   ParamSync* param_sync() { return sync_.get(); }  // nullptr on one device
 
@@ -68,7 +73,8 @@ class Executor {
   void run_range(int begin, int end, bool forward_only, bool last_micro_step);
   double summed_loss(int64_t* counted) const;
 
-  Plan& plan_;
+  const PlanSpec& spec_;
+  Workspace& ws_;
   std::unique_ptr<ops::RopeTable> rope_;
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank

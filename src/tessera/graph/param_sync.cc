@@ -1,5 +1,6 @@
 #include "tessera/graph/param_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -12,36 +13,62 @@ using Request = dist::Communicator::Request;
 
 // Per node of [0, first_optimizer_node()) (entries of skipped nodes stay empty).
 struct ParamSync::Schedule {
-  std::vector<int> need_layer;  // the layer whose gathered parameters the node reads, or -1
+  std::vector<int> need_layer;  // the layer whose gathered parameters the node's run reads, or -1
   std::vector<int> prefetch;    // the layer to start gathering when the node starts a run, or -1
   std::vector<int> grad_first;  // the layer whose gradient slot the node is first to write, or -1
   std::vector<int> grad_last;   // the layer whose gradient slot the node is last to write, or -1
-  std::vector<std::vector<int>> outer_first_use;  // outer layouts first read by the node
-  std::vector<std::vector<int>> grad_ready;       // layouts whose gradient the node writes last
-  int first_layer = -1;                           // the first run's layer
+  std::vector<std::vector<int>> outer_first_use;           // outer layouts first read by the node
+  std::vector<std::vector<const Collective*>> grad_ready;  // reductions to start after the node
+  int first_layer = -1;                                    // the first run's layer
 };
 
-ParamSync::ParamSync(Plan& plan, dist::Mesh& mesh)
-    : plan_(plan),
+ParamSync::ParamSync(const PlanSpec& spec, Workspace& workspace, dist::Mesh& mesh)
+    : spec_(spec),
+      ws_(workspace),
       mesh_(mesh),
       fsdp_(mesh.axis(MeshAxis::kFsdp)),
       data_(mesh.axis(MeshAxis::kData)),
       batch_(mesh.axes({MeshAxis::kData, MeshAxis::kFsdp})) {
-  const auto& layouts = plan_.layouts();
-  outer_reqs_.resize(layouts.size());
-  for (size_t k = 0; k < layouts.size(); ++k) {
-    const ParamLayout& L = layouts[k];
-    if (!L.sharded()) continue;
-    if (L.layer < 0) {
-      outer_layouts_.push_back(static_cast<int>(k));
-      continue;
+  outer_gathers_.resize(spec_.layouts().size());
+  outer_reqs_.resize(spec_.layouts().size());
+  auto grow = [](auto& per_layer, int layer) {
+    if (per_layer.size() <= static_cast<size_t>(layer)) per_layer.resize(static_cast<size_t>(layer) + 1);
+    return &per_layer[static_cast<size_t>(layer)];
+  };
+  for (const Collective& c : spec_.collectives()) {
+    switch (c.when) {
+      case CollectiveWhen::kEveryPass:
+        if (c.kind == CollectiveKind::kAllGather) {
+          auto* refs = grow(layer_gathers_, c.layer);
+          const GatherRef g = gather_ref(c);
+          if (std::none_of(refs->begin(), refs->end(),
+                           [&](GatherRef r) { return r.layout == g.layout && r.index == g.index; }))
+            refs->push_back(g);
+        } else {
+          grow(layer_reduces_, c.layer)->push_back(&c);
+        }
+        break;
+      case CollectiveWhen::kOncePerStep: {
+        const GatherRef g = gather_ref(c);
+        auto& refs = outer_gathers_[static_cast<size_t>(g.layout)];
+        if (refs.empty()) outer_layouts_.push_back(g.layout);
+        refs.push_back(g);
+        break;
+      }
+      case CollectiveWhen::kLastMicroStep:
+        break;
+      case CollectiveWhen::kBeforeUpdate:
+        before_update_.push_back(&c);
+        break;
+      case CollectiveWhen::kAfterUpdate:
+        after_update_.push_back(&c);
+        break;
     }
-    if (layer_layouts_.size() <= static_cast<size_t>(L.layer))
-      layer_layouts_.resize(static_cast<size_t>(L.layer) + 1);
-    layer_layouts_[static_cast<size_t>(L.layer)].push_back(static_cast<int>(k));
   }
-  full_ = std::make_unique<Schedule>(build_schedule(false));
-  forward_ = std::make_unique<Schedule>(build_schedule(true));
+  layer_reduces_.resize(std::max(layer_reduces_.size(), layer_gathers_.size()));
+  layer_gathers_.resize(layer_reduces_.size());
+  full_ = std::make_unique<Schedule>(make_schedule(false));
+  forward_ = std::make_unique<Schedule>(make_schedule(true));
 }
 
 ParamSync::~ParamSync() {
@@ -51,67 +78,52 @@ ParamSync::~ParamSync() {
   pending_.clear();
 }
 
-ParamSync::Schedule ParamSync::build_schedule(bool forward_only) const {
-  const Graph& g = plan_.graph();
-  const auto& nodes = g.nodes();
-  const auto& layouts = plan_.layouts();
-  const int end = plan_.first_optimizer_node();
+ParamSync::GatherRef ParamSync::gather_ref(const Collective& c) const {
+  const int k = spec_.layout_index(c.param);
+  const auto& gathered = spec_.layouts()[static_cast<size_t>(k)].gathered;
+  for (size_t i = 0; i < gathered.size(); ++i)
+    if (gathered[i].value == c.value) return {k, i};
+  TESSERA_ASSERT(false && "a scheduled gather of a value its layout does not gather");
+  return {};
+}
+
+dist::Communicator& ParamSync::group(const std::vector<MeshAxis>& axes) const {
+  if (axes.size() == 2) return batch_;
+  TESSERA_ASSERT(axes.size() == 1 && (axes[0] == MeshAxis::kFsdp || axes[0] == MeshAxis::kData));
+  return axes[0] == MeshAxis::kFsdp ? fsdp_ : data_;
+}
+
+// The per-node form of the schedule for one kind of pass: an evaluation pass (forward_only) runs
+// the gathers waited before forward nodes and no reductions.
+ParamSync::Schedule ParamSync::make_schedule(bool forward_only) const {
+  const auto& nodes = spec_.graph().nodes();
+  const auto end = static_cast<size_t>(spec_.first_optimizer_node());
   Schedule s;
-  s.need_layer.assign(static_cast<size_t>(end), -1);
+  s.need_layer.assign(end, -1);
   s.prefetch = s.grad_first = s.grad_last = s.need_layer;
-  s.outer_first_use.resize(static_cast<size_t>(end));
-  s.grad_ready.resize(static_cast<size_t>(end));
-  std::vector<int> gathered_of(g.values().size(), -1);
-  for (size_t k = 0; k < layouts.size(); ++k)
-    for (const auto& gv : layouts[k].gathered)
-      gathered_of[static_cast<size_t>(gv.value)] = static_cast<int>(k);
-  std::vector<int> last_writer(layouts.size(), -1);
-  std::vector<char> outer_seen(layouts.size(), 0);
-  std::vector<int> first_grad(layer_layouts_.size(), -1), last_grad(layer_layouts_.size(), -1);
-  std::vector<std::pair<int, int>> runs;  // (first node, layer)
-  for (int i = 0; i < end; ++i) {
-    const Node& n = nodes[i];
-    if (forward_only && n.phase != Phase::kForward) continue;
-    for (ValueId v : n.in) {
-      const int k = gathered_of[static_cast<size_t>(v)];
-      if (k < 0) continue;
-      const ParamLayout& L = layouts[static_cast<size_t>(k)];
-      if (L.layer >= 0) {
-        TESSERA_ASSERT(s.need_layer[i] < 0 || s.need_layer[i] == L.layer);
-        s.need_layer[i] = L.layer;
-      } else if (!outer_seen[k]) {
-        outer_seen[k] = 1;
-        s.outer_first_use[i].push_back(k);
-      }
+  s.outer_first_use.resize(end);
+  s.grad_ready.resize(end);
+  for (const Collective& c : spec_.collectives()) {
+    const bool gather = c.kind == CollectiveKind::kAllGather;
+    if (forward_only &&
+        !(gather && c.wait >= 0 && nodes[static_cast<size_t>(c.wait)].phase == Phase::kForward))
+      continue;
+    if (c.when == CollectiveWhen::kEveryPass && gather) {
+      s.need_layer[static_cast<size_t>(c.wait)] = c.layer;
+      if (c.issue < 0)
+        s.first_layer = c.layer;
+      else if (c.issue != c.wait)
+        s.prefetch[static_cast<size_t>(c.issue)] = c.layer;
+    } else if (c.when == CollectiveWhen::kEveryPass) {
+      s.grad_first[static_cast<size_t>(c.first_write)] = c.layer;
+      s.grad_last[static_cast<size_t>(c.issue)] = c.layer;
+    } else if (c.when == CollectiveWhen::kOncePerStep) {
+      auto& first = s.outer_first_use[static_cast<size_t>(c.wait)];
+      const int k = spec_.layout_index(c.param);
+      if (std::find(first.begin(), first.end(), k) == first.end()) first.push_back(k);
+    } else if (c.when == CollectiveWhen::kLastMicroStep) {
+      s.grad_ready[static_cast<size_t>(c.issue)].push_back(&c);
     }
-    if (s.need_layer[i] >= 0 && (runs.empty() || runs.back().second != s.need_layer[i]))
-      runs.emplace_back(i, s.need_layer[i]);
-    for (ValueId v : n.out) {
-      const Value& val = g.value(v);
-      if (val.kind != ValueKind::kGrad) continue;
-      const ParamLayout& L = plan_.layout(val.master);
-      const int k = static_cast<int>(&L - layouts.data());
-      last_writer[static_cast<size_t>(k)] = i;
-      if (L.sharded() && L.layer >= 0) {
-        const auto l = static_cast<size_t>(L.layer);
-        if (first_grad[l] < 0) first_grad[l] = i;
-        last_grad[l] = i;
-      }
-    }
-  }
-  for (size_t r = 0; r + 1 < runs.size(); ++r) {
-    const int l = runs[r].second, next = runs[r + 1].second;
-    if (next != l && next % 2 != l % 2) s.prefetch[runs[r].first] = next;
-  }
-  if (!runs.empty()) s.first_layer = runs[0].second;
-  for (size_t k = 0; k < layouts.size(); ++k) {
-    const ParamLayout& L = layouts[k];
-    if (last_writer[k] >= 0 && !(L.sharded() && L.layer >= 0))
-      s.grad_ready[static_cast<size_t>(last_writer[k])].push_back(static_cast<int>(k));
-  }
-  for (size_t l = 0; l < first_grad.size(); ++l) {
-    if (first_grad[l] >= 0) s.grad_first[first_grad[l]] = static_cast<int>(l);
-    if (last_grad[l] >= 0) s.grad_last[last_grad[l]] = static_cast<int>(l);
   }
   return s;
 }
@@ -126,44 +138,38 @@ void ParamSync::wait_all(std::vector<std::unique_ptr<Request>>& reqs) {
 
 // ---- parameter gathers
 
-namespace {
-
 // Starts the all-gather of one gathered value into its view (or staging, reordered on completion).
-std::unique_ptr<Request> start_gather(const Plan& plan, const ParamLayout& L, const ParamLayout::Gathered& g,
-                                      dist::Communicator& fsdp) {
-  const Tensor& src = plan.state(g.value);
-  const Tensor& dst = L.fsdp_dim > 0 ? g.staging : plan.view(g.value);
-  return fsdp.all_gather_async(src.data(), dst.data(), static_cast<size_t>(src.numel()), src.dtype());
+std::unique_ptr<Request> ParamSync::start_gather(GatherRef g) {
+  const ParamLayout& L = spec_.layouts()[static_cast<size_t>(g.layout)];
+  const ValueId v = L.gathered[g.index].value;
+  const Tensor& src = ws_.state(v);
+  const Tensor& dst = L.fsdp_dim > 0 ? ws_.gather_staging(g.layout, g.index) : ws_.view(v);
+  return fsdp_.all_gather_async(src.data(), dst.data(), static_cast<size_t>(src.numel()), src.dtype());
 }
 
-void finish_reorder(const Plan& plan, const ParamLayout& L) {
-  if (L.fsdp_dim <= 0) return;
-  for (const auto& g : L.gathered) {
-    const Tensor& v = plan.view(g.value);
-    dist::blocks_to_tensor(g.staging.data(), v.data(), v.shape(), L.fsdp_dim, L.fsdp_parts,
-                           dtype_size(v.dtype()));
+void ParamSync::finish_reorder(const std::vector<GatherRef>& gathers) {
+  for (GatherRef g : gathers) {
+    const ParamLayout& L = spec_.layouts()[static_cast<size_t>(g.layout)];
+    if (L.fsdp_dim <= 0) continue;
+    const Tensor& v = ws_.view(L.gathered[g.index].value);
+    dist::blocks_to_tensor(ws_.gather_staging(g.layout, g.index).data(), v.data(), v.shape(), L.fsdp_dim,
+                           L.fsdp_parts, dtype_size(v.dtype()));
   }
 }
-
-}  // namespace
 
 void ParamSync::finish_slot_gather(Slot& s) {
   if (s.reqs.empty()) return;
   wait_all(s.reqs);
-  for (int k : layer_layouts_[static_cast<size_t>(s.owner)])
-    finish_reorder(plan_, plan_.layouts()[static_cast<size_t>(k)]);
+  finish_reorder(layer_gathers_[static_cast<size_t>(s.owner)]);
 }
 
 void ParamSync::gather_layer(int layer, bool wait) {
-  if (layer < 0 || static_cast<size_t>(layer) >= layer_layouts_.size()) return;
+  if (layer < 0 || static_cast<size_t>(layer) >= layer_gathers_.size()) return;
   Slot& s = slots_[layer % 2];
   if (s.owner != layer) {
     finish_slot_gather(s);  // a prefetch nobody used still writes the slot: let it land first
     s.owner = layer;
-    for (int k : layer_layouts_[static_cast<size_t>(layer)]) {
-      const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
-      for (const auto& g : L.gathered) s.reqs.push_back(start_gather(plan_, L, g, fsdp_));
-    }
+    for (GatherRef g : layer_gathers_[static_cast<size_t>(layer)]) s.reqs.push_back(start_gather(g));
   }
   if (wait || !overlap_) finish_slot_gather(s);
 }
@@ -174,10 +180,9 @@ void ParamSync::ensure_layer(int layer) {
 
 void ParamSync::start_outer_gathers() {
   for (int k : outer_layouts_) {
-    const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
     auto& reqs = outer_reqs_[static_cast<size_t>(k)];
     wait_all(reqs);  // from a step whose pass never read it
-    for (const auto& g : L.gathered) reqs.push_back(start_gather(plan_, L, g, fsdp_));
+    for (GatherRef g : outer_gathers_[static_cast<size_t>(k)]) reqs.push_back(start_gather(g));
     if (!overlap_) wait_outer(k);
   }
   outer_fresh_ = true;
@@ -187,7 +192,7 @@ void ParamSync::wait_outer(int k) {
   auto& reqs = outer_reqs_[static_cast<size_t>(k)];
   if (reqs.empty()) return;
   wait_all(reqs);
-  finish_reorder(plan_, plan_.layouts()[static_cast<size_t>(k)]);
+  finish_reorder(outer_gathers_[static_cast<size_t>(k)]);
 }
 
 // ---- gradient reductions
@@ -195,12 +200,14 @@ void ParamSync::wait_outer(int k) {
 namespace {
 
 // The whole gradient as the reduce-scatter wants it: blocks of the pieces, one after another.
-const Tensor& grad_blocks(const Plan& plan, const ParamLayout& L) {
-  const Tensor& whole = plan.view(plan.graph().value(L.param).grad);
+const Tensor& grad_blocks(const PlanSpec& spec, const Workspace& ws, int layout) {
+  const ParamLayout& L = spec.layouts()[static_cast<size_t>(layout)];
+  const Tensor& whole = ws.view(spec.graph().value(L.param).grad);
   if (L.fsdp_dim <= 0) return whole;
-  dist::tensor_to_blocks(whole.data(), L.grad_staging.data(), whole.shape(), L.fsdp_dim, L.fsdp_parts,
+  const Tensor& staging = ws.grad_staging(layout);
+  dist::tensor_to_blocks(whole.data(), staging.data(), whole.shape(), L.fsdp_dim, L.fsdp_parts,
                          sizeof(float));
-  return L.grad_staging;
+  return staging;
 }
 
 }  // namespace
@@ -213,8 +220,8 @@ void ParamSync::drain_grad_slot(Slot& s) {
 
 void ParamSync::prepare_grad_slot(int layer) {
   drain_grad_slot(grad_slots_[layer % 2]);
-  for (int k : layer_layouts_[static_cast<size_t>(layer)]) {
-    const Tensor& whole = plan_.view(plan_.graph().value(plan_.layouts()[static_cast<size_t>(k)].param).grad);
+  for (const Collective* c : layer_reduces_[static_cast<size_t>(layer)]) {
+    const Tensor& whole = ws_.view(c->value);
     std::memset(whole.data(), 0, whole.nbytes());
   }
 }
@@ -223,33 +230,31 @@ void ParamSync::start_layer_reduce(int layer) {
   Slot& s = grad_slots_[layer % 2];
   TESSERA_ASSERT(s.owner < 0);
   s.owner = layer;
-  for (int k : layer_layouts_[static_cast<size_t>(layer)]) {
-    const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
-    const Tensor& src = grad_blocks(plan_, L);
-    const Tensor& piece = plan_.state(plan_.graph().value(L.param).grad);  // micro-steps add up
+  for (const Collective* c : layer_reduces_[static_cast<size_t>(layer)]) {
+    const Tensor& src = grad_blocks(spec_, ws_, spec_.layout_index(c->param));
+    const Tensor& piece = ws_.state(c->value);  // micro-steps add up
     s.reqs.push_back(fsdp_.reduce_scatter_async(src.data(), piece.data(), static_cast<size_t>(piece.numel()),
                                                 DType::kF32, /*accumulate=*/true));
   }
   if (!overlap_) drain_grad_slot(s);
 }
 
-// Step 1 of a gradient that is not a decoder layer's FSDP gradient (see param_sync.h).
-void ParamSync::start_ready_reduction(int k) {
-  const ParamLayout& L = plan_.layouts()[static_cast<size_t>(k)];
-  const ValueId grad = plan_.graph().value(L.param).grad;
-  const Tensor& state = plan_.state(grad);
-  const auto n = static_cast<size_t>(state.numel());
-  if (L.sharded()) {
-    const Tensor& src = grad_blocks(plan_, L);
-    pending_.push_back(fsdp_.reduce_scatter_async(src.data(), state.data(), n, DType::kF32));
-  } else if (L.opt_parts > 1 && fsdp_.size() == 1) {
-    const Tensor& piece = plan_.opt_view(grad);
-    pending_.push_back(data_.reduce_scatter_async(state.data(), piece.data(),
-                                                  static_cast<size_t>(piece.numel()), DType::kF32));
-  } else if (L.opt_parts > 1) {
-    pending_.push_back(fsdp_.all_reduce_async(state.data(), n, DType::kF32));  // data follows in step 2
+// Step 1 of a gradient that is not a decoder layer's FSDP gradient (see param_sync.h): a
+// reduce-scatter over fsdp (from the whole gradient into the stored piece) or over data (from the
+// stored gradient into the optimizer's piece), or an all-reduce of the stored gradient.
+void ParamSync::start_ready_reduction(const Collective& c) {
+  const Tensor& state = ws_.state(c.value);
+  dist::Communicator& comm = group(c.group);
+  if (c.kind == CollectiveKind::kAllReduce) {
+    pending_.push_back(comm.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
+  } else if (c.group[0] == MeshAxis::kFsdp) {
+    const Tensor& src = grad_blocks(spec_, ws_, spec_.layout_index(c.param));
+    pending_.push_back(
+        comm.reduce_scatter_async(src.data(), state.data(), static_cast<size_t>(state.numel()), DType::kF32));
   } else {
-    pending_.push_back(batch_.all_reduce_async(state.data(), n, DType::kF32));
+    const Tensor& piece = ws_.opt_view(c.value);
+    pending_.push_back(comm.reduce_scatter_async(state.data(), piece.data(),
+                                                 static_cast<size_t>(piece.numel()), DType::kF32));
   }
   if (!overlap_) wait_all(pending_);
 }
@@ -258,33 +263,30 @@ void ParamSync::finish_gradients() {
   drain_grad_slot(grad_slots_[0]);
   drain_grad_slot(grad_slots_[1]);
   wait_all(pending_);
-  if (data_.size() > 1 && fsdp_.size() > 1) {
-    for (const ParamLayout& L : plan_.layouts()) {
-      if (!L.sharded() && L.opt_parts == 1) continue;  // reduced over {data, fsdp} in step 1
-      const ValueId grad = plan_.graph().value(L.param).grad;
-      const Tensor& state = plan_.state(grad);
-      if (L.opt_parts > 1) {
-        const Tensor& piece = plan_.opt_view(grad);
-        pending_.push_back(data_.reduce_scatter_async(state.data(), piece.data(),
-                                                      static_cast<size_t>(piece.numel()), DType::kF32));
-      } else {
-        pending_.push_back(
-            data_.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
-      }
+  if (before_update_.empty()) return;
+  for (const Collective* c : before_update_) {  // step 2: the pieces over data
+    const Tensor& state = ws_.state(c->value);
+    if (c->kind == CollectiveKind::kReduceScatter) {
+      const Tensor& piece = ws_.opt_view(c->value);
+      pending_.push_back(data_.reduce_scatter_async(state.data(), piece.data(),
+                                                    static_cast<size_t>(piece.numel()), DType::kF32));
+    } else {
+      pending_.push_back(
+          data_.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
     }
-    wait_all(pending_);
   }
+  wait_all(pending_);
 }
 
 // ---- the pass
 
 void ParamSync::zero_grads() {
-  for (const ParamLayout& L : plan_.layouts()) {
-    const ValueId grad = plan_.graph().value(L.param).grad;
-    const Tensor& state = plan_.state(grad);
+  for (const ParamLayout& L : spec_.layouts()) {
+    const ValueId grad = spec_.graph().value(L.param).grad;
+    const Tensor& state = ws_.state(grad);
     std::memset(state.data(), 0, state.nbytes());
     if (L.sharded() && L.layer < 0) {
-      const Tensor& whole = plan_.view(grad);
+      const Tensor& whole = ws_.view(grad);
       std::memset(whole.data(), 0, whole.nbytes());
     }
   }
@@ -313,7 +315,7 @@ void ParamSync::after_node(int i) {
   const auto at = static_cast<size_t>(i);
   if (s.grad_last[at] >= 0) start_layer_reduce(s.grad_last[at]);
   if (last_micro_step_)
-    for (int k : s.grad_ready[at]) start_ready_reduction(k);
+    for (const Collective* c : s.grad_ready[at]) start_ready_reduction(*c);
   progress();
 }
 
@@ -332,8 +334,8 @@ void ParamSync::progress() {
 double ParamSync::sq_norm(bool grads) {
   const int64_t world = mesh_.num_devices();
   double sum = 0;
-  for (const ParamLayout& L : plan_.layouts()) {
-    const Tensor t = grads ? plan_.opt_view(plan_.graph().value(L.param).grad) : plan_.state(L.param);
+  for (const ParamLayout& L : spec_.layouts()) {
+    const Tensor t = grads ? ws_.opt_view(spec_.graph().value(L.param).grad) : ws_.state(L.param);
     const double norm = ops::global_norm(std::span<const Tensor>(&t, 1));
     // Each distinct piece is held by world / pieces ranks: count it once over the mesh.
     const int64_t pieces = L.fsdp_parts * L.tensor_parts * (grads ? L.opt_parts : 1);
@@ -351,20 +353,13 @@ double ParamSync::param_sq_norm() {
 }
 
 void ParamSync::after_optimizer() {
-  if (plan_.zero1()) {
-    // Each rank's updated rows sit in place in the stored master and compute copy: gather the rest.
-    for (const ParamLayout& L : plan_.layouts()) {
-      if (L.opt_parts == 1) continue;
-      const Value& v = plan_.graph().value(L.param);
-      for (ValueId id : {L.param, v.compute_copy}) {
-        if (id == kNoValue) continue;
-        const Tensor& piece = plan_.opt_view(id);
-        pending_.push_back(data_.all_gather_async(piece.data(), plan_.state(id).data(),
-                                                  static_cast<size_t>(piece.numel()), piece.dtype()));
-      }
-    }
-    wait_all(pending_);
+  // ZeRO-1: each rank's updated rows sit in place in the stored master and compute copy: gather the rest.
+  for (const Collective* c : after_update_) {
+    const Tensor& piece = ws_.opt_view(c->value);
+    pending_.push_back(data_.all_gather_async(piece.data(), ws_.state(c->value).data(),
+                                              static_cast<size_t>(piece.numel()), piece.dtype()));
   }
+  wait_all(pending_);
   for (Slot& s : slots_) {
     finish_slot_gather(s);
     s.owner = -1;
@@ -372,33 +367,26 @@ void ParamSync::after_optimizer() {
   outer_fresh_ = false;
 }
 
-dist::TrafficCounters expected_traffic(const Plan& plan, int64_t micro_steps) {
+dist::TrafficCounters expected_traffic(const PlanSpec& spec, int64_t micro_steps) {
   double gather = 0, scatter = 0, reduce = 0;
   const auto micro = static_cast<double>(micro_steps);
-  const int64_t data = plan.sharding().size(MeshAxis::kData), fsdp = plan.sharding().size(MeshAxis::kFsdp);
-  for (const ParamLayout& L : plan.layouts()) {
-    const Value& v = plan.graph().value(L.param);
-    const auto whole = static_cast<double>(v.shape.numel());
-    const auto piece = whole / static_cast<double>(L.fsdp_parts);
-    if (L.sharded()) {
-      const double times = L.layer >= 0 ? 2 * micro : 1;
-      for (const auto& g : L.gathered)
-        gather += times * whole * static_cast<double>(dtype_size(plan.graph().value(g.value).dtype));
-      scatter += 4 * whole * (L.layer >= 0 ? micro : 1);
-      if (data > 1) (L.opt_parts > 1 ? scatter : reduce) += 4 * piece;
-    } else if (L.opt_parts > 1) {
-      scatter += 4 * whole;
-      if (fsdp > 1) reduce += 4 * whole;
-    } else if (data * fsdp > 1) {
-      reduce += 4 * whole;
-    }
-    if (L.opt_parts > 1) {
-      gather += 4 * piece;
-      if (v.compute_copy != kNoValue) gather += 2 * piece;
+  for (const Collective& c : spec.collectives()) {
+    const double times = c.when == CollectiveWhen::kEveryPass ? micro : 1;
+    const double bytes = times * static_cast<double>(c.bytes);
+    switch (c.kind) {
+      case CollectiveKind::kAllGather:
+        gather += bytes;
+        break;
+      case CollectiveKind::kReduceScatter:
+        scatter += bytes;
+        break;
+      case CollectiveKind::kAllReduce:
+        reduce += bytes;
+        break;
     }
   }
   // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h).
-  reduce += static_cast<double>(micro_steps) * tensor_parallel_traffic(plan.graph()).total();
+  reduce += micro * tensor_parallel_traffic(spec.graph()).total();
   return {.all_reduce = static_cast<uint64_t>(reduce),
           .all_gather = static_cast<uint64_t>(gather),
           .reduce_scatter = static_cast<uint64_t>(scatter)};

@@ -1,6 +1,8 @@
-// ParamSync: the collectives of data parallelism, FSDP (ZeRO-3) and ZeRO-1 around a Plan's nodes,
-// driven by the Executor (executor.h) when the mesh has more than one rank. The Plan decides the
-// layouts (plan.h); this class moves the bytes at the right moments:
+// ParamSync: the collectives of data parallelism, FSDP (ZeRO-3) and ZeRO-1 around a PlanSpec's
+// nodes, driven by the Executor (executor.h) when the mesh has more than one rank. The PlanSpec
+// decides the layouts and lists the collectives with the nodes they are tied to
+// (plan_spec.h: collectives(), built in plan_schedule.cc); this class executes that list on the
+// Workspace's buffers, saving the gathers of layers still in their slot:
 //
 //   forward / recompute / backward (each micro-step)
 //     - FSDP parameters of decoder layer l are all-gathered over `fsdp` into gather slot l % 2
@@ -34,7 +36,8 @@
 #include <vector>
 
 #include "tessera/dist/mesh.h"
-#include "tessera/graph/plan.h"
+#include "tessera/graph/plan_spec.h"
+#include "tessera/graph/workspace.h"
 
 namespace tessera::graph {
 
@@ -45,12 +48,13 @@ namespace tessera::graph {
 // each micro-step (outer ones: once a step); whole parameters all-reduce their gradients over
 // data x fsdp; ZeRO-1 reduce-scatters gradients over data and all-gathers the updated pieces;
 // tensor parallelism all-reduces activations (graph::tensor_parallel_traffic). Scalars (loss,
-// norms) are left out.
-dist::TrafficCounters expected_traffic(const Plan& plan, int64_t micro_steps);
+// norms) are left out. It is the schedule's bytes, each entry counted as often as it runs.
+dist::TrafficCounters expected_traffic(const PlanSpec& spec, int64_t micro_steps);
 
 class ParamSync {
  public:
-  ParamSync(Plan& plan, dist::Mesh& mesh);
+  // The spec and workspace (not owned) must outlive it.
+  ParamSync(const PlanSpec& spec, Workspace& workspace, dist::Mesh& mesh);
   ~ParamSync();
 
   void zero_grads();
@@ -83,7 +87,16 @@ class ParamSync {
     int owner = -1;
     std::vector<std::unique_ptr<dist::Communicator::Request>> reqs;
   };
-  Schedule build_schedule(bool forward_only) const;
+  // A gathered value: its layout and its index in the layout's `gathered`.
+  struct GatherRef {
+    int layout = -1;
+    size_t index = 0;
+  };
+  Schedule make_schedule(bool forward_only) const;
+  GatherRef gather_ref(const Collective& c) const;
+  dist::Communicator& group(const std::vector<MeshAxis>& axes) const;
+  std::unique_ptr<dist::Communicator::Request> start_gather(GatherRef g);
+  void finish_reorder(const std::vector<GatherRef>& gathers);
   void gather_layer(int layer, bool wait);
   void ensure_layer(int layer);
   void finish_slot_gather(Slot& s);
@@ -92,11 +105,13 @@ class ParamSync {
   void prepare_grad_slot(int layer);
   void start_layer_reduce(int layer);
   void drain_grad_slot(Slot& s);
-  void start_ready_reduction(int layout);
+  void start_ready_reduction(const Collective& c);
   void progress();
   double sq_norm(bool grads);
+  void wait_all(std::vector<std::unique_ptr<dist::Communicator::Request>>& reqs);
 
-  Plan& plan_;
+  const PlanSpec& spec_;
+  Workspace& ws_;
   dist::Mesh& mesh_;
   dist::Communicator& fsdp_;
   dist::Communicator& data_;
@@ -104,10 +119,14 @@ class ParamSync {
   std::unique_ptr<Schedule> full_, forward_;
   const Schedule* active_ = nullptr;
   bool last_micro_step_ = true;
-  std::vector<std::vector<int>> layer_layouts_;  // per layer: its sharded layouts
-  std::vector<int> outer_layouts_;               // sharded layouts outside the layers
+  // From the schedule: per decoder layer its gathered values and its gradient reductions; per
+  // layout outside the layers its gathered values; the entries of step 2 and after the update.
+  std::vector<std::vector<GatherRef>> layer_gathers_;
+  std::vector<std::vector<const Collective*>> layer_reduces_;
+  std::vector<std::vector<GatherRef>> outer_gathers_;  // per layout (empty unless an outer FSDP one)
+  std::vector<int> outer_layouts_;
+  std::vector<const Collective*> before_update_, after_update_;
   Slot slots_[2], grad_slots_[2];
-  void wait_all(std::vector<std::unique_ptr<dist::Communicator::Request>>& reqs);
 
   bool overlap_ = true;
   double exposed_seconds_ = 0, progress_seconds_ = 0;

@@ -138,19 +138,4 @@ int64_t ModelSpec::num_params() const {
   return vocab_size * E * (logits_via_embedding ? 1 : 2) + num_decoder_layers * per_layer + E;
 }
 
-double ModelSpec::training_flops_per_step() const {
-  const double B = static_cast<double>(batch), S = static_cast<double>(seq), E = static_cast<double>(emb_dim);
-  const double H = static_cast<double>(num_query_heads), K = static_cast<double>(num_kv_heads);
-  const double D = static_cast<double>(head_dim), M = static_cast<double>(mlp_dim);
-  const double V = static_cast<double>(vocab_size), L = static_cast<double>(num_decoder_layers);
-  const double ffn = 2 * B * S * M * E * 2 + 2 * B * S * M * E;             // two up projections + down
-  const double qkv = 2 * B * S * E * (H + 2 * K) * D;
-  const double proj = 2 * B * S * E * H * D;
-  const double attn = sliding_window > 0 && sliding_window < seq
-                          ? 4 * B * (S * sliding_window - sliding_window * sliding_window / 2.0) * H * D
-                          : 2 * B * S * S * H * D;                           // causal
-  const double unembed = 2 * B * S * E * V;
-  return 3 * (L * (ffn + qkv + proj + attn) + unembed);
-}
-
 }  // namespace tessera::models

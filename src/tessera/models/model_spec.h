@@ -41,9 +41,6 @@ struct ModelSpec {
   int64_t seq = 0;    // T: max_target_length
 
   int64_t num_params() const;
-  // MaxText's model FLOPs per token-batch: 3 x (matmul + causal attention) forward FLOPs of one
-  // micro-step (calculate_tflops_training_per_device); recomputation is not counted.
-  double training_flops_per_step() const;
 };
 
 // The decoder a config asks for; throws kConfig naming the key when the model code cannot build it.

@@ -154,11 +154,11 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   log_ << plan_->summary() << "\n";
   log_ << fmt::format(
       "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
-      "(MaxText's count: 3 x forward matmul + causal attention, recompute not counted); "
-      "start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
+      "(MaxText's count over this rank's plan: 3 x forward matmul + causal attention, recompute not "
+      "counted); start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
       cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated",
-      spec_.training_flops_per_step() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
+      plan_->flops().model_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
@@ -392,9 +392,9 @@ StepMetrics Trainer::step() {
   r.grad_norm = exec_->apply_optimizer(os).grad_norm;
   r.seconds = since(t0);
   r.total_weights = counted;
-  // Per device: this rank's rows, and its 1 / tp share of the model under tensor parallelism.
-  const double flops =
-      spec_.training_flops_per_step() * static_cast<double>(micro_steps) / static_cast<double>(spec_.tp_size);
+  // Per device: the FLOPs of this rank's plan (its rows, and under tensor parallelism its shard of
+  // the model), MaxText's count.
+  const double flops = plan_->flops().model_training() * static_cast<double>(micro_steps);
   r.tflops_per_device = flops / r.seconds / 1e12;
   r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
   r.mfu = flops / r.seconds / peak_flops_;
@@ -412,8 +412,7 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
       {"learning/current_learning_rate", m.learning_rate},
       {"learning/total_weights", static_cast<double>(m.total_weights)},
       {"perf/step_time_seconds", m.seconds},
-      {"perf/per_device_tflops",
-       spec_.training_flops_per_step() * micro_steps / static_cast<double>(spec_.tp_size) / 1e12},
+      {"perf/per_device_tflops", plan_->flops().model_training() * micro_steps / 1e12},
       {"perf/per_device_tflops_per_sec", m.tflops_per_device},
       {"perf/per_device_tokens",
        static_cast<double>(m.total_weights) / static_cast<double>(mesh_->num_devices())},
@@ -446,7 +445,7 @@ int Trainer::agree_on_signal(int sig) {
 
 // Measured bytes of the first step against the figures the layouts predict (param_sync.h).
 std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t) const {
-  const dist::TrafficCounters e = graph::expected_traffic(*plan_, cfg_.gradient_accumulation_steps);
+  const dist::TrafficCounters e = graph::expected_traffic(plan_->spec(), cfg_.gradient_accumulation_steps);
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   return fmt::format(
       "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "

@@ -1,4 +1,7 @@
-#include "tessera/graph/plan.h"
+// PlanSpec's construction: the finished graph, the parameter layouts, every value's placement and
+// the reports (plan_spec.h). The collective schedule is built in plan_schedule.cc, the JSON form
+// in plan_spec_json.cc. Nothing here allocates tensor memory: placements are offsets.
+#include "tessera/graph/plan_spec.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +10,9 @@
 #include <regex>
 #include <set>
 
+#include "tessera/core/arena.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/memory_plan.h"
 #include "tessera/ops/attention.h"
 
 namespace tessera::graph {
@@ -21,14 +26,14 @@ std::string gib(size_t b) {
   return fmt::format("{:.3f} GiB", static_cast<double>(b) / (1u << 30));
 }
 
-// Carves tensors out of a region in order; with a null base it only counts (the sizing pass).
+// Places tensors one after another in an arena from `at` (each aligned as Arena::tensor aligns).
 struct Cursor {
-  char* base = nullptr;
+  ArenaKind arena;
   size_t at = 0;
-  Tensor take(const Shape& s, DType t) {
-    Tensor x(base ? base + at : nullptr, s, t);
+  Placement take(const Shape& s, DType t) {
+    Placement p{arena, at, s, t};
     at += aligned_bytes(s, t);
-    return x;
+    return p;
   }
 };
 
@@ -49,6 +54,14 @@ dist::Piece tensor_slice(const Value& v) {
   return dist::split_piece(p, v.tp.dim, parts, v.tp.offset / v.shape[v.tp.dim]);
 }
 
+// Rows [first, first + rows) of a placed tensor (dimension-0 pieces are contiguous).
+Placement rows_of(const Placement& p, int64_t first, int64_t rows) {
+  Placement r = p;
+  r.shape[0] = rows;
+  r.offset += static_cast<size_t>(first * (p.shape.numel() / p.shape[0])) * dtype_size(p.dtype);
+  return r;
+}
+
 }  // namespace
 
 int64_t PlanSharding::world() const {
@@ -57,23 +70,32 @@ int64_t PlanSharding::world() const {
   return n;
 }
 
-Plan::Plan(Graph forward, const PlanOptions& opts) : graph_(std::move(forward)), sharding_(opts.sharding) {
+PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
+    : graph_(std::move(forward)), has_graph_(true), sharding_(opts.sharding) {
   dloss_ = append_backward(graph_);
   apply_remat(graph_, opts.remat_policy);
   first_opt_ = static_cast<int>(graph_.nodes().size());
   append_optimizer(graph_, opts.optimizer);
-  mem_plan_ = plan_memory(graph_);
+  for (const Value& v : graph_.values())
+    if (v.kind == ValueKind::kParam) num_params_ += v.shape.numel();
   make_layouts();
   place_values();
+  count_flops();
+  record_nodes();
+  build_schedule();
 }
 
-const ParamLayout& Plan::layout(ValueId param) const {
+int PlanSpec::layout_index(ValueId param) const {
   TESSERA_ASSERT(param >= 0 && static_cast<size_t>(param) < layout_index_.size() &&
                  layout_index_[param] >= 0);
-  return layouts_[static_cast<size_t>(layout_index_[param])];
+  return layout_index_[param];
 }
 
-void Plan::make_layouts() {
+const ParamLayout& PlanSpec::layout(ValueId param) const {
+  return layouts_[static_cast<size_t>(layout_index(param))];
+}
+
+void PlanSpec::make_layouts() {
   const auto& values = graph_.values();
   layout_index_.assign(values.size(), -1);
   // A parameter belongs to decoder layer l when every node reading it (or its compute copy) is in l.
@@ -130,9 +152,9 @@ void Plan::make_layouts() {
       zero1_ = true;
     }
     if (L.sharded()) {
-      if (read[p]) L.gathered.push_back({p, Tensor()});
+      if (read[p]) L.gathered.push_back({p, Placement{}});
       if (v.compute_copy != kNoValue && read[v.compute_copy])
-        L.gathered.push_back({v.compute_copy, Tensor()});
+        L.gathered.push_back({v.compute_copy, Placement{}});
     }
     layout_index_[p] = static_cast<int>(layouts_.size());
     layouts_.push_back(std::move(L));
@@ -142,20 +164,21 @@ void Plan::make_layouts() {
       layout_index_[i] = layout_index_[values[i].master];
 }
 
-// Pass 1 (allocate = false) sizes the two gather slots and the rest; pass 2 places the tensors in
-// gathered_: slot 0, slot 1, then the outer parameters' buffers and the ZeRO-1 gradient pieces.
-void Plan::place_gathered(std::vector<size_t>& slot_bytes, bool allocate) {
+// Places the gathered arena: slot 0, slot 1 (each as large as the largest layer of its parity
+// needs), then the outer parameters' buffers and the ZeRO-1 gradient pieces. slot_bytes holds the
+// two slots' sizes (a first call with zeros measures them) and receives the arena's total in [2].
+void PlanSpec::place_gathered(std::vector<size_t>& slot_bytes) {
   const auto& values = graph_.values();
-  char* base = allocate ? gathered_.base() : nullptr;
-  std::vector<size_t> slot_start = {0, slot_bytes[0]};
-  Cursor rest{base, slot_bytes[0] + slot_bytes[1]};
+  const std::vector<size_t> slot_start = {0, slot_bytes[0]};
+  Cursor rest{ArenaKind::kGathered, slot_bytes[0] + slot_bytes[1]};
   std::map<int, Cursor> layer_cursor;
   for (ParamLayout& L : layouts_) {
     const Value& v = values[L.param];
     if (L.sharded()) {
       Cursor* c = &rest;
       if (L.layer >= 0) {
-        auto [it, fresh] = layer_cursor.try_emplace(L.layer, Cursor{base, slot_start[L.layer % 2]});
+        auto [it, fresh] =
+            layer_cursor.try_emplace(L.layer, Cursor{ArenaKind::kGathered, slot_start[L.layer % 2]});
         c = &it->second;
       }
       for (auto& g : L.gathered) {
@@ -166,89 +189,60 @@ void Plan::place_gathered(std::vector<size_t>& slot_bytes, bool allocate) {
       views_[v.grad] = c->take(v.shape, DType::kF32);
       if (L.fsdp_dim > 0) L.grad_staging = c->take(v.shape, DType::kF32);
     }
-    if (L.opt_parts > 1) opt_views_[v.grad] = rest.take(L.opt.shape, DType::kF32);
+    if (L.opt_parts > 1) opt_[v.grad] = rest.take(L.opt.shape, DType::kF32);
   }
-  if (allocate) return;
   for (auto& [l, c] : layer_cursor) slot_bytes[l % 2] = std::max(slot_bytes[l % 2], c.at - slot_start[l % 2]);
-  slot_bytes[2] = slot_bytes[0] + slot_bytes[1] + rest.at;  // the total (rest started at 0 in this pass)
+  slot_bytes[2] = rest.at;
 }
 
-void Plan::place_values() {
+void PlanSpec::place_values() {
   const auto& values = graph_.values();
   const size_t nv = values.size();
-  views_.assign(nv, Tensor());
-  state_.assign(nv, Tensor());
-  opt_views_.assign(nv, Tensor());
-  auto state_shape = [&](size_t i) -> Shape {
-    const Value& v = values[i];
-    if (layout_index_[i] < 0) return v.shape;
-    const ParamLayout& L = layouts_[static_cast<size_t>(layout_index_[i])];
-    return v.kind == ValueKind::kOptState ? L.opt.shape : L.stored.shape;
-  };
-  size_t persistent_bytes = 0;
-  for (size_t i = 0; i < nv; ++i) {
-    const Value& v = values[i];
-    if (!persistent_kind(v.kind)) continue;
-    const size_t b = aligned_bytes(state_shape(i), v.dtype);
-    persistent_bytes += b;
-    switch (v.kind) {
-      case ValueKind::kParam:
-        memory_.params += b;
-        break;
-      case ValueKind::kParamCompute:
-        memory_.param_copies += b;
-        break;
-      case ValueKind::kGrad:
-        memory_.grads += b;
-        break;
-      case ValueKind::kOptState:
-        memory_.optimizer += b;
-        break;
-      default:
-        memory_.inputs += b;
-        break;
-    }
-  }
-  memory_.activations = mem_plan_.arena_bytes;
-  memory_.activations_lower_bound = mem_plan_.lower_bound;
-
-  persistent_ = Arena(persistent_bytes, "parameters and optimizer state");
-  activations_ = Arena(mem_plan_.arena_bytes, "activations");
+  const MemoryPlan mem_plan = plan_memory(graph_);
+  views_.assign(nv, Placement{});
+  state_.assign(nv, Placement{});
+  opt_.assign(nv, Placement{});
+  Cursor persistent{ArenaKind::kPersistent};
   for (size_t i = 0; i < nv; ++i) {
     const Value& v = values[i];
     if (persistent_kind(v.kind)) {
-      state_[i] = persistent_.tensor(state_shape(i), v.dtype);
-      views_[i] = state_[i];
+      Shape shape = v.shape;
+      if (layout_index_[i] >= 0) {
+        const ParamLayout& L = layouts_[static_cast<size_t>(layout_index_[i])];
+        shape = v.kind == ValueKind::kOptState ? L.opt.shape : L.stored.shape;
+      }
+      state_[i] = persistent.take(shape, v.dtype);
+      const size_t b = aligned_bytes(shape, v.dtype);
+      size_t& category = v.kind == ValueKind::kParam          ? memory_.params
+                         : v.kind == ValueKind::kParamCompute ? memory_.param_copies
+                         : v.kind == ValueKind::kGrad         ? memory_.grads
+                         : v.kind == ValueKind::kOptState     ? memory_.optimizer
+                                                              : memory_.inputs;
+      category += b;
     } else {
-      views_[i] = Tensor(activations_.base() + mem_plan_.offset[i], v.shape, v.dtype);
-      state_[i] = views_[i];
+      state_[i] = Placement{ArenaKind::kActivations, mem_plan.offset[i], v.shape, v.dtype};
     }
-    opt_views_[i] = state_[i];
+    views_[i] = opt_[i] = state_[i];
   }
+  arena_bytes_[static_cast<int>(ArenaKind::kPersistent)] = persistent.at;
+  arena_bytes_[static_cast<int>(ArenaKind::kActivations)] = mem_plan.arena_bytes;
+  memory_.activations = mem_plan.arena_bytes;
+  memory_.activations_lower_bound = mem_plan.lower_bound;
   if (any_sharded_ || zero1_) {
     std::vector<size_t> sizes = {0, 0, 0};
-    place_gathered(sizes, false);
-    gathered_ = Arena(sizes[2], "gathered parameters and gradients");
-    memory_.gathered = sizes[2];
-    place_gathered(sizes, true);
+    place_gathered(sizes);  // measures the slots
+    place_gathered(sizes);  // places with the measured slots
+    arena_bytes_[static_cast<int>(ArenaKind::kGathered)] = memory_.gathered = sizes[2];
   }
   // ZeRO-1: the optimizer updates rows [opt_index * r, (opt_index + 1) * r) of the stored master
-  // and compute copy (dimension 0 pieces are contiguous).
+  // and compute copy.
   for (const ParamLayout& L : layouts_) {
     if (L.opt_parts == 1) continue;
     const int64_t rows = L.opt.shape[0], first = L.opt_index * rows;
     const Value& v = values[L.param];
-    opt_views_[L.param] = state_[L.param].slice0(first, first + rows);
-    if (v.compute_copy != kNoValue)
-      opt_views_[v.compute_copy] = state_[v.compute_copy].slice0(first, first + rows);
+    opt_[L.param] = rows_of(state_[L.param], first, rows);
+    if (v.compute_copy != kNoValue) opt_[v.compute_copy] = rows_of(state_[v.compute_copy], first, rows);
   }
-}
-
-int64_t Plan::num_params() const {
-  int64_t n = 0;
-  for (const Value& v : graph_.values())
-    if (v.kind == ValueKind::kParam) n += v.shape.numel();
-  return n;
 }
 
 double node_flops(const Graph& g, const Node& n) {
@@ -270,26 +264,36 @@ double node_flops(const Graph& g, const Node& n) {
   }
 }
 
-FlopReport Plan::flops() const {
-  FlopReport r;
+void PlanSpec::count_flops() {
   for (const Node& n : graph_.nodes()) {
-    double f = node_flops(graph_, n);
+    const double f = node_flops(graph_, n);
     switch (n.phase) {
       case Phase::kForward:
-        r.forward += f;
+        flops_.forward += f;
         break;
       case Phase::kBackward:
-        r.backward += f;
+        flops_.backward += f;
         break;
       case Phase::kRecompute:
-        r.recompute += f;
+        flops_.recompute += f;
         break;
       case Phase::kOptimizer:
-        r.optimizer += f;
+        flops_.optimizer += f;
         break;
     }
   }
-  return r;
+}
+
+void PlanSpec::record_nodes() {
+  auto shapes = [&](const std::vector<ValueId>& ids) {
+    std::vector<Placement> r;
+    for (ValueId v : ids)
+      r.push_back(Placement{ArenaKind::kNone, 0, graph_.value(v).shape, graph_.value(v).dtype});
+    return r;
+  };
+  nodes_.clear();
+  for (const Node& n : graph_.nodes())
+    nodes_.push_back({op_name(n.op), n.phase, shapes(n.in), shapes(n.out)});
 }
 
 std::string ParamLayout::describe(const Value& v) const {
@@ -307,8 +311,8 @@ std::string ParamLayout::describe(const Value& v) const {
   return s;
 }
 
-std::string Plan::sharding_summary() const {
-  if (sharding_.world() == 1) return "";
+std::string PlanSpec::sharding_summary() const {
+  if (sharding_.world() == 1 || !has_graph_) return "";
   // Decoder layers share their parameters' names up to the index: one line per kind.
   static const std::regex layer_index(R"(layers_\d+\.)");
   std::set<std::string> seen;
@@ -320,13 +324,13 @@ std::string Plan::sharding_summary() const {
   return s;
 }
 
-std::string Plan::summary() const {
-  FlopReport f = flops();
+std::string PlanSpec::summary() const {
+  const FlopReport& f = flops_;
   const MemoryReport& m = memory_;
   std::string s;
-  s += fmt::format("plan: {} parameters ({:.2f} M), {} nodes ({} optimizer)\n", num_params(),
-                   static_cast<double>(num_params()) / 1e6, graph_.nodes().size(),
-                   graph_.nodes().size() - static_cast<size_t>(first_opt_));
+  s += fmt::format("plan: {} parameters ({:.2f} M), {} nodes ({} optimizer), fingerprint {}\n", num_params_,
+                   static_cast<double>(num_params_) / 1e6, nodes_.size(),
+                   nodes_.size() - static_cast<size_t>(first_opt_), fingerprint());
   s += fmt::format("plan: GFLOP per micro-step: forward {:.2f}, backward {:.2f}, recompute {:.2f}\n",
                    f.forward / 1e9, f.backward / 1e9, f.recompute / 1e9);
   s += sharding_summary();
@@ -337,6 +341,11 @@ std::string Plan::summary() const {
       gib(m.optimizer), gib(m.inputs),
       m.gathered > 0 ? fmt::format("collective buffers {}, ", gib(m.gathered)) : std::string(),
       gib(m.activations), gib(m.activations_lower_bound), gib(m.total()));
+  if (m.collective_scratch_estimate > 0)
+    s += fmt::format(
+        "\nplan: outside the total: MPI collectives' scratch about {} (estimated from the schedule; the "
+        "first step logs the mapped figure)",
+        gib(m.collective_scratch_estimate));
   return s;
 }
 
