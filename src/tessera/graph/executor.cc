@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -24,7 +23,16 @@ namespace tessera::graph {
 
 Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
                    dist::Mesh* mesh)
-    : spec_(spec), ws_(workspace), rope_(std::move(rope)), mesh_(mesh) {
+    : spec_(spec), ws_(workspace), backend_(backends::backend_for(workspace.device())), rope_(std::move(rope)),
+      mesh_(mesh) {
+  // Every node must have a kernel on the workspace's device, for its activations' dtype: a clear
+  // error before the first step rather than inside one.
+  for (const Node& n : spec_.graph().nodes()) {
+    const DType dt = spec_.graph().value(n.out.empty() ? n.in[0] : n.out[0]).dtype;
+    TESSERA_CHECK(backend_.supports(op_name(n.op), dt), ErrorKind::kConfig,
+                  "{}: the {} backend has no {} kernel for {}", n.name, backend_.name(), op_name(n.op),
+                  dtype_name(dt));
+  }
   for (const Value& v : spec_.graph().values())
     if (v.kind == ValueKind::kParam) grads_.push_back(ws_.opt_view(v.grad));
   if (mesh_ && mesh_->num_devices() > 1) sync_ = std::make_unique<ParamSync>(spec_, ws_, *mesh_);
@@ -40,7 +48,7 @@ void Executor::zero_grads() {
   for (size_t i = 0; i < values.size(); ++i)
     if (values[i].kind == ValueKind::kGrad) {
       const Tensor& t = ws_.view(static_cast<ValueId>(i));
-      std::memset(t.data(), 0, t.nbytes());
+      backend_.fill_zero(t);
     }
 }
 
@@ -70,7 +78,7 @@ dist::Communicator& tensor_group(dist::Mesh* mesh) {
 // rank's bf16 partial is widened exactly, the sum rounded to bf16 once.
 void tensor_all_reduce(dist::Communicator& group, const Tensor& x, const Tensor& y, const Tensor* scratch) {
   if (x.dtype() == DType::kF32) {
-    if (y.data() != x.data()) std::memcpy(y.data(), x.data(), x.nbytes());
+    backends::backend_for(y.device()).copy(y, x);
     group.all_reduce(y.data(), static_cast<size_t>(y.numel()), DType::kF32);
     return;
   }
@@ -151,7 +159,7 @@ void Executor::run(const Node& n) {
       ops::cross_entropy_backward(in(0), in(1), in(2), in(3), out(0), a.z_loss);
       break;
     case OpKind::kTpCopy:  // the identity: nothing to do unless a recomputed copy has its own buffer
-      if (out(0).data() != in(0).data()) std::memcpy(out(0).data(), in(0).data(), in(0).nbytes());
+      backend_.copy(out(0), in(0));
       break;
     case OpKind::kTpAllReduce:
       tensor_all_reduce(tensor_group(mesh_), in(0), out(0), n.out.size() > 1 ? &out(1) : nullptr);

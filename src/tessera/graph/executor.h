@@ -1,6 +1,7 @@
-// Executor: runs a PlanSpec's nodes (plan_spec.h) on the CPU backend over the tensors of its
-// Workspace (workspace.h). The views of every value are fixed when the workspace is made, so a
-// step is a loop over nodes dispatching to ops (no allocation, no lookups).
+// Executor: runs a PlanSpec's nodes (plan_spec.h) over the tensors of its Workspace
+// (workspace.h), on the backend of the workspace's device (backends/backend.h), which also does
+// the memory operations between nodes. The views of every value are fixed when the workspace is
+// made, so a step is a loop over nodes dispatching to ops (no allocation, no lookups).
 //
 // A training step with gradient accumulation is:
 //   zero_grads();  for each micro-batch { write inputs; forward_backward(); }  apply_optimizer(...)
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backends/backend.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/plan.h"
@@ -75,6 +77,7 @@ class Executor {
 
   const PlanSpec& spec_;
   Workspace& ws_;
+  backends::Backend& backend_;  // the workspace's device's: memory operations between nodes
   std::unique_ptr<ops::RopeTable> rope_;
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank

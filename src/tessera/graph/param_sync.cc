@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "tessera/backends/backend.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/optimizer.h"
 
@@ -222,7 +223,7 @@ void ParamSync::prepare_grad_slot(int layer) {
   drain_grad_slot(grad_slots_[layer % 2]);
   for (const Collective* c : layer_reduces_[static_cast<size_t>(layer)]) {
     const Tensor& whole = ws_.view(c->value);
-    std::memset(whole.data(), 0, whole.nbytes());
+    backends::backend_for(whole.device()).fill_zero(whole);
   }
 }
 
@@ -284,10 +285,10 @@ void ParamSync::zero_grads() {
   for (const ParamLayout& L : spec_.layouts()) {
     const ValueId grad = spec_.graph().value(L.param).grad;
     const Tensor& state = ws_.state(grad);
-    std::memset(state.data(), 0, state.nbytes());
+    backends::backend_for(state.device()).fill_zero(state);
     if (L.sharded() && L.layer < 0) {
       const Tensor& whole = ws_.view(grad);
-      std::memset(whole.data(), 0, whole.nbytes());
+      backends::backend_for(whole.device()).fill_zero(whole);
     }
   }
 }

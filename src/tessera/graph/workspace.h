@@ -26,6 +26,8 @@ class Workspace {
     return gather_staging_[static_cast<size_t>(layout)][gathered];
   }
   const Tensor& grad_staging(int layout) const { return grad_staging_[static_cast<size_t>(layout)]; }
+  // The device the arenas are on (host memory today); the executor runs on its backend.
+  Device device() const { return persistent_.device(); }
   // The bytes mapped, for checks against the plan's sizes.
   size_t mapped_bytes() const;
 
