@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -19,16 +18,8 @@
 namespace tessera::checkpoint {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-double mib(size_t bytes) {
-  return static_cast<double>(bytes) / (1024.0 * 1024.0);
-}
 
 void check_ec(const std::error_code& ec, const std::string& what) {
   if (ec) fail(ErrorKind::kIo, "{}: {}", what, ec.message());

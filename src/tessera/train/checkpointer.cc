@@ -28,10 +28,6 @@ double mib(size_t bytes) {
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 
-void check_ec(const std::error_code& ec, const std::string& what) {
-  if (ec) fail(ErrorKind::kIo, "{}: {}", what, ec.message());
-}
-
 // Which pieces this rank writes: a piece held by several ranks is written by the one with
 // coordinate 0 on every axis along which the holders differ.
 bool writes_piece(const dist::Mesh* mesh, const graph::ParamLayout& L, bool opt) {
@@ -112,7 +108,7 @@ void Checkpointer::remove_incomplete() {
     if (e.is_directory(ec) && e.path().filename().string().ends_with(".tmp")) stale.push_back(e.path());
   for (const fs::path& p : stale) {
     fs::remove_all(p, ec);
-    check_ec(ec, "cannot remove the incomplete checkpoint " + p.string());
+    if (ec) fail(ErrorKind::kIo, "cannot remove the incomplete checkpoint {}: {}", p.string(), ec.message());
     log_ << fmt::format("checkpoints: removed {} (a save that did not finish)\n", p.string());
   }
 }
