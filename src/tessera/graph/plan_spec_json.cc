@@ -13,6 +13,9 @@
 
 namespace tessera::graph {
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryReport, params, param_copies, grads, optimizer, inputs, gathered,
+                                   activations, activations_lower_bound, collective_scratch_estimate)
+
 namespace {
 
 using nlohmann::json;
@@ -51,31 +54,12 @@ std::vector<Placement> placements_from(const json& a) {
   return ps;
 }
 
+// The memory report's fields one to one (nlohmann's macro writes and reads both directions), plus
+// its total for a reader's convenience (ignored when read back: it is derived).
 json memory_json(const MemoryReport& m) {
-  return {{"params", m.params},
-          {"param_copies", m.param_copies},
-          {"grads", m.grads},
-          {"optimizer", m.optimizer},
-          {"inputs", m.inputs},
-          {"gathered", m.gathered},
-          {"activations", m.activations},
-          {"activations_lower_bound", m.activations_lower_bound},
-          {"collective_scratch_estimate", m.collective_scratch_estimate},
-          {"total", m.total()}};
-}
-
-MemoryReport memory_from(const json& j) {
-  MemoryReport m;
-  m.params = j.at("params");
-  m.param_copies = j.at("param_copies");
-  m.grads = j.at("grads");
-  m.optimizer = j.at("optimizer");
-  m.inputs = j.at("inputs");
-  m.gathered = j.at("gathered");
-  m.activations = j.at("activations");
-  m.activations_lower_bound = j.at("activations_lower_bound");
-  m.collective_scratch_estimate = j.at("collective_scratch_estimate");
-  return m;
+  json j = m;
+  j["total"] = m.total();
+  return j;
 }
 
 json collective_json(const Collective& c) {
@@ -175,7 +159,7 @@ PlanSpec PlanSpec::from_json(const json& j) {
     p.opt_.push_back(placement_from(v.at(2)));
   }
   p.arena_bytes_ = j.at("arenas");
-  p.memory_ = memory_from(j.at("memory"));
+  p.memory_ = j.at("memory").get<MemoryReport>();
   const json& f = j.at("flops");
   p.flops_ = {f.at("forward"), f.at("backward"), f.at("recompute"), f.at("optimizer")};
   p.any_sharded_ = j.at("any_sharded");
