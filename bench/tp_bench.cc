@@ -25,6 +25,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
+#include "tessera/graph/sharding.h"
 #include "tessera/train/trainer.h"
 
 int main(int argc, char** argv) {

@@ -8,183 +8,76 @@
 #include <set>
 
 #include "tessera/core/error.h"
+#include "tessera/graph/op_table.h"
 
 namespace tessera::graph {
 
-namespace {
+GradBuilder::GradBuilder(Graph& g) : g_(g) {}
 
-// Gradient bookkeeping during the reverse walk: each activation collects its contributions.
-struct GradState {
-  std::map<ValueId, std::vector<ValueId>> parts;
-  std::vector<bool> requires_grad;
-};
-
-bool is_param_like(const Value& v) { return v.kind == ValueKind::kParam || v.kind == ValueKind::kParamCompute; }
-
-ValueId param_grad(const Graph& g, ValueId v) {
-  const Value& val = g.value(v);
-  ValueId master = val.kind == ValueKind::kParamCompute ? val.master : v;
-  return g.value(master).grad;
+bool GradBuilder::is_param(ValueId v) const {
+  const ValueKind k = g_.value(v).kind;
+  return k == ValueKind::kParam || k == ValueKind::kParamCompute;
 }
 
-Node bwd_node(OpKind op, std::vector<ValueId> in, std::vector<ValueId> out, const Node& fwd,
-              const std::string& suffix) {
-  Node n{.op = op, .in = std::move(in), .out = std::move(out)};
-  n.attrs = fwd.attrs;
-  n.name = fwd.name + suffix;
-  n.phase = Phase::kBackward;
-  n.layer = fwd.layer;
-  return n;
+ValueId GradBuilder::param_grad(ValueId v) const {
+  const Value& val = g_.value(v);
+  ValueId master = val.kind == ValueKind::kParamCompute ? val.master : v;
+  return g_.value(master).grad;
+}
+
+bool GradBuilder::needs(ValueId v) const {
+  return g_.value(v).kind == ValueKind::kActivation && static_cast<size_t>(v) < requires_grad_.size() &&
+         requires_grad_[v];
 }
 
 // A new activation gradient for `of`, placed in the layer of the node that produces it.
-ValueId grad_value(Graph& g, ValueId of, int layer) {
-  const Value& v = g.value(of);
+ValueId GradBuilder::grad_value(ValueId of) {
+  const Value& v = g_.value(of);
   const TensorShard tp = v.tp;
-  ValueId id = g.activation("d." + v.name, v.shape, v.dtype);
-  g.value(id).layer = layer;
-  g.value(id).tp = tp;
+  ValueId id = g_.activation("d." + v.name, v.shape, v.dtype);
+  g_.value(id).layer = fwd_ ? fwd_->layer : -1;
+  g_.value(id).tp = tp;
   return id;
 }
 
+void GradBuilder::contribute(ValueId v, ValueId grad) {
+  if (needs(v)) parts_[v].push_back(grad);
+}
+
+Node GradBuilder::node(OpKind op, std::vector<ValueId> in, std::vector<ValueId> out,
+                       const std::string& suffix) const {
+  TESSERA_ASSERT(fwd_ != nullptr);
+  Node n{.op = op, .in = std::move(in), .out = std::move(out)};
+  n.attrs = fwd_->attrs;
+  n.name = fwd_->name + suffix;
+  n.phase = Phase::kBackward;
+  n.layer = fwd_->layer;
+  return n;
+}
+
 // Sums the contributions to `v`'s gradient into one value (add nodes in the backward phase).
-ValueId total_grad(Graph& g, GradState& st, ValueId v, int layer) {
-  auto it = st.parts.find(v);
-  if (it == st.parts.end() || it->second.empty()) return kNoValue;
+ValueId GradBuilder::total_grad(ValueId v, int layer) {
+  auto it = parts_.find(v);
+  if (it == parts_.end() || it->second.empty()) return kNoValue;
   std::vector<ValueId>& parts = it->second;
   ValueId sum = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
-    ValueId s = grad_value(g, v, layer);
+    const Value& val = g_.value(v);
+    ValueId s = g_.activation("d." + val.name, val.shape, val.dtype);
+    g_.value(s).layer = layer;
+    g_.value(s).tp = g_.value(v).tp;
     Node n{.op = OpKind::kAdd, .in = {sum, parts[i]}, .out = {s}};
-    n.name = "d." + g.value(v).name + ".sum";
+    n.name = "d." + g_.value(v).name + ".sum";
     n.phase = Phase::kBackward;
     n.layer = layer;
-    g.add_node(n);
+    g_.add_node(n);
     sum = s;
   }
   parts = {sum};
   return sum;
 }
 
-void contribute(GradState& st, const Graph& g, ValueId v, ValueId grad) {
-  if (g.value(v).kind == ValueKind::kActivation && st.requires_grad[v]) st.parts[v].push_back(grad);
-}
-
-bool needs(const GradState& st, const Graph& g, ValueId v) {
-  return g.value(v).kind == ValueKind::kActivation && st.requires_grad[v];
-}
-
-// The backward rule of one forward node, given the gradient of its main output.
-void backward_rule(Graph& g, GradState& st, const Node& f, ValueId dy) {
-  const int L = f.layer;
-  switch (f.op) {
-    case OpKind::kCrossEntropy: {
-      // dlogits = dloss * (softmax - onehot), written over the logits (they are dead afterwards).
-      ValueId logits = f.in[0];
-      ValueId dlogits = grad_value(g, logits, L);
-      g.value(dlogits).alias_of = logits;
-      g.add_node(bwd_node(OpKind::kCrossEntropyBwd, {logits, f.in[1], f.out[1], dy}, {dlogits}, f, ".bwd"));
-      contribute(st, g, logits, dlogits);
-      break;
-    }
-    case OpKind::kMatmul: {
-      ValueId a = f.in[0], b = f.in[1];
-      const bool tb = f.attrs.trans_b;
-      if (needs(st, g, a)) {  // c = a·op(b)  =>  da = dc·op(b)ᵀ
-        ValueId da = grad_value(g, a, L);
-        Node n = bwd_node(OpKind::kMatmul, {dy, b}, {da}, f, ".dx");
-        n.attrs = NodeAttrs{};
-        n.attrs.trans_b = !tb;
-        g.add_node(n);
-        contribute(st, g, a, da);
-      }
-      if (is_param_like(g.value(b))) {  // db += aᵀ·dc, or for op(b) = bᵀ: db += dcᵀ·a
-        Node n = bwd_node(OpKind::kMatmul, tb ? std::vector{dy, a} : std::vector{a, dy},
-                          {param_grad(g, b)}, f, ".dw");
-        n.attrs = NodeAttrs{};
-        n.attrs.trans_a = true;
-        n.attrs.accumulate = true;
-        g.add_node(n);
-      } else {
-        TESSERA_ASSERT(!needs(st, g, b));  // activation x activation products go through attention
-      }
-      break;
-    }
-    case OpKind::kEmbedding:
-      g.add_node(bwd_node(OpKind::kEmbeddingBwd, {dy, f.in[1]}, {param_grad(g, f.in[0])}, f, ".bwd"));
-      break;
-    case OpKind::kRmsNorm: {
-      ValueId x = f.in[0];
-      ValueId dx = needs(st, g, x) ? grad_value(g, x, L) : kNoValue;
-      TESSERA_ASSERT(dx != kNoValue);
-      g.add_node(bwd_node(OpKind::kRmsNormBwd, {dy, x, f.in[1], f.out[1]}, {dx, param_grad(g, f.in[1])}, f,
-                          ".bwd"));
-      contribute(st, g, x, dx);
-      break;
-    }
-    case OpKind::kRope: {
-      ValueId dx = grad_value(g, f.in[0], L);
-      g.add_node(bwd_node(OpKind::kRopeBwd, {dy, f.in[1]}, {dx}, f, ".bwd"));
-      contribute(st, g, f.in[0], dx);
-      break;
-    }
-    case OpKind::kAttention: {
-      ValueId dq = grad_value(g, f.in[0], L), dk = grad_value(g, f.in[1], L), dv = grad_value(g, f.in[2], L);
-      std::vector<ValueId> in = {dy, f.in[0], f.in[1], f.in[2], f.out[0], f.out[1]};
-      if (f.in.size() > 3) in.push_back(f.in[3]);
-      g.add_node(bwd_node(OpKind::kAttentionBwd, in, {dq, dk, dv}, f, ".bwd"));
-      contribute(st, g, f.in[0], dq);
-      contribute(st, g, f.in[1], dk);
-      contribute(st, g, f.in[2], dv);
-      break;
-    }
-    case OpKind::kGlu: {
-      ValueId dgate = grad_value(g, f.in[0], L), dup = grad_value(g, f.in[1], L);
-      g.add_node(bwd_node(OpKind::kGluBwd, {dy, f.in[0], f.in[1]}, {dgate, dup}, f, ".bwd"));
-      contribute(st, g, f.in[0], dgate);
-      contribute(st, g, f.in[1], dup);
-      break;
-    }
-    case OpKind::kAdd:
-      contribute(st, g, f.in[0], dy);
-      contribute(st, g, f.in[1], dy);
-      break;
-    // Tensor parallelism (graph.h). f's readers are column-parallel matmuls: each rank's dx is the
-    // part of the input gradient from its own columns, and their sum over the tensor axis is the
-    // whole gradient (into a new value: dy may be shared with another reader, e.g. an add's).
-    case OpKind::kTpCopy: {
-      ValueId x = f.in[0];
-      if (!needs(st, g, x)) break;
-      ValueId dx = grad_value(g, x, L);
-      std::vector<ValueId> out = {dx};
-      if (g.value(x).dtype != DType::kF32) {  // reductions run in f32 (see Graph::tp_all_reduce)
-        ValueId scratch = g.activation("d." + g.value(x).name + ".f32", g.value(x).shape, DType::kF32);
-        g.value(scratch).layer = L;
-        out.push_back(scratch);
-      }
-      g.add_node(bwd_node(OpKind::kTpAllReduce, {dy}, out, f, ".bwd"));
-      contribute(st, g, x, dx);
-      break;
-    }
-    case OpKind::kTpAllReduce:  // g: y = sum of the ranks' x, so each rank's dx is dy itself
-      contribute(st, g, f.in[0], dy);
-      break;
-    case OpKind::kVocabEmbedding:  // dy is whole on every rank: each adds its own rows, no collective
-      g.add_node(bwd_node(OpKind::kVocabEmbeddingBwd, {dy, f.in[1]}, {param_grad(g, f.in[0])}, f, ".bwd"));
-      break;
-    case OpKind::kVocabCrossEntropy: {  // local softmax - onehot from the global lse, over the logits
-      ValueId logits = f.in[0];
-      ValueId dlogits = grad_value(g, logits, L);
-      g.value(dlogits).alias_of = logits;
-      g.add_node(
-          bwd_node(OpKind::kVocabCrossEntropyBwd, {logits, f.in[1], f.out[1], dy}, {dlogits}, f, ".bwd"));
-      contribute(st, g, logits, dlogits);
-      break;
-    }
-    default:
-      fail(ErrorKind::kInternal, "autodiff: no backward rule for {}", op_name(f.op));
-  }
-}
+namespace {
 
 // Whether v's buffer chain (v, what it aliases, ...) passes through `target`.
 bool aliases(const Graph& g, ValueId v, ValueId target) {
@@ -198,21 +91,26 @@ ValueId buffer_root(const Graph& g, ValueId v) {
   return v;
 }
 
-// The cross-entropy rules write dlogits over the logits, which is right only when no later node
-// reads the logits' buffer. Attention's backward reads its own output, so when the logits are an
-// attention output (or anything a later backward reads) dlogits gets a buffer of its own.
-void unalias_logits_read_later(Graph& g) {
+// A backward rule may write an output over one of its node's inputs (cross-entropy writes dlogits
+// over the logits, which are dead afterwards), which is right only when no later node reads that
+// buffer. Attention's backward reads its own output, so when the logits are an attention output (or
+// anything a later backward reads) the output gets a buffer of its own.
+void unalias_inputs_read_later(Graph& g) {
   const std::vector<Node>& nodes = g.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].op != OpKind::kCrossEntropyBwd && nodes[i].op != OpKind::kVocabCrossEntropyBwd) continue;
-    const ValueId logits = nodes[i].in[0], dlogits = nodes[i].out[0];
-    if (g.value(dlogits).alias_of != logits) continue;
-    const ValueId root = buffer_root(g, logits);
-    bool read_later = false;
-    for (size_t j = i + 1; j < nodes.size() && !read_later; ++j)
-      for (ValueId v : nodes[j].in)
-        if (!aliases(g, v, dlogits) && buffer_root(g, v) == root) read_later = true;
-    if (read_later) g.value(dlogits).alias_of = kNoValue;
+    if (nodes[i].phase != Phase::kBackward) continue;
+    for (ValueId out : nodes[i].out) {
+      const ValueId over = g.value(out).alias_of;
+      if (over == kNoValue ||
+          std::find(nodes[i].in.begin(), nodes[i].in.end(), over) == nodes[i].in.end())
+        continue;
+      const ValueId root = buffer_root(g, over);
+      bool read_later = false;
+      for (size_t j = i + 1; j < nodes.size() && !read_later; ++j)
+        for (ValueId v : nodes[j].in)
+          if (!aliases(g, v, out) && buffer_root(g, v) == root) read_later = true;
+      if (read_later) g.value(out).alias_of = kNoValue;
+    }
   }
 }
 
@@ -221,29 +119,31 @@ void unalias_logits_read_later(Graph& g) {
 ValueId append_backward(Graph& g) {
   TESSERA_CHECK(g.loss() != kNoValue, ErrorKind::kInternal, "autodiff: the graph has no loss");
   const int fwd_count = static_cast<int>(g.nodes().size());
-  GradState st;
-  st.requires_grad.assign(g.values().size(), false);
+  GradBuilder b(g);
+  b.requires_grad_.assign(g.values().size(), false);
   for (int i = 0; i < fwd_count; ++i) {
     const Node& n = g.nodes()[i];
-    bool any = std::any_of(n.in.begin(), n.in.end(), [&](ValueId v) {
-      return is_param_like(g.value(v)) || (v < static_cast<int>(st.requires_grad.size()) && st.requires_grad[v]);
-    });
-    for (ValueId o : n.out) st.requires_grad[o] = any;
+    bool any = std::any_of(n.in.begin(), n.in.end(), [&](ValueId v) { return b.is_param(v) || b.requires_grad_[v]; });
+    for (ValueId o : n.out) b.requires_grad_[o] = any;
   }
   const Value& loss = g.value(g.loss());
   ValueId dloss = g.input("dloss", loss.shape, DType::kF32);
-  st.requires_grad.resize(g.values().size(), false);
-  st.parts[g.loss()].push_back(dloss);
+  b.requires_grad_.resize(g.values().size(), false);
+  b.parts_[g.loss()].push_back(dloss);
   g.set_phase(Phase::kBackward);
   for (int i = fwd_count - 1; i >= 0; --i) {
-    Node f = g.nodes()[i];  // copy: add_node may reallocate the vector
+    const Node f = g.nodes()[i];  // a copy: add_node may reallocate the vector
     if (f.phase != Phase::kForward) continue;
-    st.requires_grad.resize(g.values().size(), false);
-    ValueId dy = total_grad(g, st, f.out[0], f.layer);
+    b.requires_grad_.resize(g.values().size(), false);
+    ValueId dy = b.total_grad(f.out[0], f.layer);
     if (dy == kNoValue) continue;
-    backward_rule(g, st, f, dy);
+    const OpDef& def = op_def(f.op);
+    TESSERA_CHECK(def.backward != nullptr, ErrorKind::kInternal, "autodiff: no backward rule for {}", def.name);
+    b.fwd_ = &f;
+    def.backward(b, f, dy);
+    b.fwd_ = nullptr;
   }
-  unalias_logits_read_later(g);
+  unalias_inputs_read_later(g);
   return dloss;
 }
 

@@ -1,7 +1,8 @@
 // Executor: runs a PlanSpec's nodes (plan_spec.h) over the tensors of its Workspace
 // (workspace.h), on the backend of the workspace's device (backends/backend.h), which also does
 // the memory operations between nodes. The views of every value are fixed when the workspace is
-// made, so a step is a loop over nodes dispatching to ops (no allocation, no lookups).
+// made, so a step is a loop over nodes, each run by its op table entry (op_table.h; no
+// allocation, no lookups).
 //
 // A training step with gradient accumulation is:
 //   zero_grads();  for each micro-batch { write inputs; forward_backward(); }  apply_optimizer(...)
@@ -14,6 +15,7 @@
 
 #include "tessera/backends/backend.h"
 #include "tessera/dist/mesh.h"
+#include "tessera/graph/op_table.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/plan.h"
 #include "tessera/ops/optimizer.h"
@@ -81,8 +83,7 @@ class Executor {
   std::unique_ptr<ops::RopeTable> rope_;
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank
-  OptimizerStep step_;
-  double grad_scale_ = 1;
+  RunContext ctx_;                   // what the op table's kernel calls read (op_table.h)
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
   bool profiling_ = false;
   struct ProfileRow {

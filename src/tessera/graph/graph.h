@@ -1,29 +1,24 @@
 // The step graph: values (tensors described by shape, dtype and role) and nodes (coarse ops over
 // them), in execution order. Model code builds the forward part through Graph's op methods;
 // autodiff.h appends the backward part and the recomputation (apply_remat), and the optimizer nodes close
-// the step. plan.h turns the finished graph into a Plan with every value placed in an arena.
+// the step. plan.h turns the finished graph into a Plan with every value placed in an arena. What
+// each op is (its attributes, shapes, sharding, backward rule, kernel call, FLOPs) is defined once,
+// in op_table.h's table.
 //
 // Shapes (STYLE.md 4): N = B*T tokens, E embedding, H query heads, K kv heads, D head dim,
 // F mlp dim, V vocabulary. Activations are [N, C] row-major; attention views them as [B, T, H, D].
 //
-// Tensor parallelism (Megatron-LM) is a property of the graph, not of the model code: with
-// set_tensor_parallel(), param() keeps the shard of this rank along the one dimension whose
-// logical axis the tensor mesh axis splits (heads, kv_heads, mlp, vocab: whatever
-// logical_axis_rules say), and records where it sits (Value::tp). The op methods then follow the
-// shards through [N, C] activations and insert the collectives themselves:
-//   matmul, x whole, W split on its output dim   column-parallel: x goes through f (tp_copy: the
-//                                                 identity forward, all-reduce of dx backward), the
-//                                                 output is split on C
-//   matmul, x split on C, W split on its input   row-parallel: partial sums, then g (tp_all_reduce:
-//                                                 all-reduce forward, identity backward)
-//   embedding of a table split by rows           vocab-parallel lookup (zeros outside the shard), g
-//   cross_entropy of logits split on V           vocab-parallel loss (two small all-reduces of [N])
-// Elementwise ops, rope and attention keep the split of their inputs; norms need whole inputs.
-// Per decoder layer that is Megatron's 2 all-reduces of [N, E] forward and 2 backward.
+// Tensor parallelism (Megatron-LM) is a property of the graph, not of the model code: the model
+// builds the whole (logical) graph with global shapes, set_tensor_parallel() records the tensor
+// mesh axis, and sharding.h's pass (run when the plan is made) rewrites the graph into this rank's
+// part: each parameter keeps its shard along the one dimension whose logical axis the tensor axis
+// splits (Value::tp), and each op's sharding rule follows the shards through the [N, C]
+// activations, inserting the collectives (sharding.h lists them).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "tessera/core/tensor.h"
@@ -70,7 +65,7 @@ struct Value {
   Shape shape;
   DType dtype = DType::kF32;
   ValueKind kind = ValueKind::kActivation;
-  std::vector<std::string> logical_axes;  // params: one logical axis name per dimension
+  std::vector<std::string> logical_axes{};  // params: one logical axis name per dimension
   bool weight_decay = true;               // params: false for norms and biases
   ValueId compute_copy = kNoValue;        // params: their kParamCompute copy, if any
   ValueId master = kNoValue;              // kParamCompute / kGrad / kOptState: the kParam they serve
@@ -78,7 +73,7 @@ struct Value {
   ValueId alias_of = kNoValue;            // activations that share another's buffer (in-place ops)
   int producer = -1;                      // index of the node that writes it
   int layer = -1;                         // decoder layer of the producing node (-1: outside layers)
-  TensorShard tp;                         // the tensor-parallel shard this value holds (see above)
+  TensorShard tp{};                       // the tensor-parallel shard this value holds (see above)
 };
 
 // The shape of the whole tensor a (possibly tensor-parallel) value is a shard of.
@@ -114,29 +109,67 @@ enum class OpKind {
   kAdamW,              // in: param grad m v [compute copy]     (updates in place)
   kSgd,                // in: param grad [compute copy]         (updates in place)
 };
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSgd) + 1;  // the last kind above, plus one
 
+// The op's name as logs, profiles and backends spell it ("matmul", "rms_norm_bwd", ...).
 const char* op_name(OpKind op);
 
-struct NodeAttrs {
-  bool trans_a = false, trans_b = false, accumulate = false;  // kMatmul
-  float eps = 0.0f;                                           // kRmsNorm
-  int batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;  // kRope, kAttention
-  int64_t sliding_window = 0;                                 // kAttention
-  int activation = 0;                                         // kGlu: ops::Activation as int
-  float z_loss = 0.0f;                                        // kCrossEntropy, kVocabCrossEntropy
-  int64_t vocab_offset = 0, vocab = 0;                        // kVocab*: the shard's first id, V
+// Typed attributes, one struct per op family; a backward node carries its forward node's.
+struct MatmulAttrs {  // c = op(a)·op(b) (+= c when accumulate)
+  bool trans_a = false, trans_b = false, accumulate = false;
 };
+struct NormAttrs {
+  float eps = 0.0f;
+};
+struct RopeAttrs {  // x [N, heads*D] seen as [B, T, heads, D]
+  int batch = 0, seq = 0, heads = 0, head_dim = 0;
+};
+struct AttentionAttrs {  // q [N, heads*D], k and v [N, kv_heads*D], as [B, T, heads, D]
+  int batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t sliding_window = 0;  // 0: full causal
+};
+struct GluAttrs {
+  int activation = 0;  // ops::Activation as int
+};
+// The vocab-parallel forms hold ids [vocab_offset, vocab_offset + rows) of the V in their shard.
+struct EmbeddingAttrs {
+  DType dtype = DType::kF32;  // of the looked-up rows (the compute dtype)
+  int64_t vocab_offset = 0, vocab = 0;
+};
+struct CrossEntropyAttrs {
+  float z_loss = 0.0f;
+  int64_t vocab_offset = 0, vocab = 0;
+};
+using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, GluAttrs,
+                               EmbeddingAttrs, CrossEntropyAttrs>;
 
 struct Node {
   OpKind op;
-  std::vector<ValueId> in;
-  std::vector<ValueId> out;
-  NodeAttrs attrs;
-  std::string name;        // e.g. "layers.3.attention.query_proj"
-  std::string ckpt_name;   // MaxText's checkpoint name of the main output ("query_proj", "mlpwo", ...)
+  std::vector<ValueId> in{};
+  std::vector<ValueId> out{};
+  NodeAttrs attrs{};
+  std::string name{};       // e.g. "layers.3.attention.query_proj"
+  std::string ckpt_name{};  // MaxText's checkpoint name of the main output ("query_proj", "mlpwo", ...)
   Phase phase = Phase::kForward;
   int layer = -1;
+  // The node's attributes as its family's type (an internal error for another family's node).
+  template <class A>
+  const A& attr() const;
+  template <class A>
+  A& attr();
 };
+
+[[noreturn]] void fail_attr_type(const Node& n);
+template <class A>
+const A& Node::attr() const {
+  if (const A* a = std::get_if<A>(&attrs)) return *a;
+  fail_attr_type(*this);
+}
+template <class A>
+A& Node::attr() {
+  if (A* a = std::get_if<A>(&attrs)) return *a;
+  fail_attr_type(*this);
+}
 
 class Graph {
  public:
@@ -156,32 +189,33 @@ class Graph {
                  bool trans_b = false);
   ValueId rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,
                const std::string& name);
-  ValueId attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const NodeAttrs& shape,
+  ValueId attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
                     const std::string& name);
   ValueId glu(int activation, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt);
   ValueId add(ValueId a, ValueId b, const std::string& name);
   // Returns the per-token loss [N]; the lse is the node's second output.
   ValueId cross_entropy(ValueId logits, ValueId targets, float z_loss, const std::string& name);
 
-  // --- tensor parallelism (see the file comment). Set before the first param(); size 1 (the
-  // default) builds the one-device graph.
+  // --- tensor parallelism (see the file comment). Records the tensor mesh axis the graph is to be
+  // sharded for; size 1 (the default) is the one-device graph. sharding.h's pass reads it.
   void set_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_; }
-  // Megatron's f and g, which the op methods above insert; exposed for tests and other builders.
-  // f: y = x forward (y aliases x), dx = all-reduce(dy) backward.
-  ValueId tp_copy(ValueId x, const std::string& name);
-  // g: y = all-reduce(x) forward, in place over x when in_place (x must have no other reader),
-  // dx = dy backward. `ckpt` names y for the remat policies.
-  ValueId tp_all_reduce(ValueId x, const std::string& name, const std::string& ckpt = "",
-                        bool in_place = true);
+  bool sharded() const { return sharded_; }
+  void mark_sharded() { sharded_ = true; }
 
   // Marks the start of decoder layer `layer` (-1 ends the layered region): nodes added from now on
   // carry it; remat and the memory report group by it.
   void set_layer(int layer) { layer_ = layer; }
   void set_phase(Phase p) { phase_ = p; }
+  int layer() const { return layer_; }
+  Phase phase() const { return phase_; }
 
-  // Appends a node as is (autodiff, remat and the optimizer use this).
+  // Appends a node as is (autodiff, remat, sharding and the optimizer use this).
   int add_node(Node n);
+  // Appends a node of the current phase and layer whose outputs its op infers (op_table.h);
+  // returns its main output. The op methods above are this with their family's attributes.
+  ValueId add_op(OpKind op, std::vector<ValueId> in, NodeAttrs attrs, const std::string& name,
+                 const std::string& ckpt = "");
 
   const Value& value(ValueId id) const { return values_[id]; }
   Value& value(ValueId id) { return values_[id]; }
@@ -195,26 +229,13 @@ class Graph {
 
  private:
   ValueId add_value(Value v);
-  ValueId embedding_shard(ValueId table, ValueId ids, DType out_dtype, const std::string& name);
-  ValueId cross_entropy_shard(ValueId logits, ValueId targets, float z_loss, const std::string& name);
   std::vector<Value> values_;
   TensorParallel tp_;
-  std::vector<std::pair<ValueId, ValueId>> copies_;  // x -> tp_copy(x), so readers of x share one f
+  bool sharded_ = false;
   std::vector<Node> nodes_;
   int layer_ = -1;
   Phase phase_ = Phase::kForward;
   ValueId loss_ = kNoValue;
 };
-
-// What the tensor axis's all-reduces move per micro-step on this rank, counted as communicator.h
-// counts (the f32 buffer passed in): each tp_all_reduce node's value (Megatron's g forward and f
-// backward, [N, E] each; bf16 values travel as f32) and the vocab-parallel loss's [N] max and
-// [2, N] sums, by phase. Recomputed forward nodes count again.
-struct TensorParallelTraffic {
-  double forward = 0, recompute = 0, backward = 0;  // bytes
-  int64_t all_reduces = 0;                          // calls
-  double total() const { return forward + recompute + backward; }
-};
-TensorParallelTraffic tensor_parallel_traffic(const Graph& g);
 
 }  // namespace tessera::graph

@@ -6,6 +6,7 @@
 
 #include "tessera/backends/backend.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/sharding.h"
 #include "tessera/ops/optimizer.h"
 
 namespace tessera::graph {

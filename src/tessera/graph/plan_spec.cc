@@ -13,7 +13,8 @@
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/memory_plan.h"
-#include "tessera/ops/attention.h"
+#include "tessera/graph/op_table.h"
+#include "tessera/graph/sharding.h"
 
 namespace tessera::graph {
 
@@ -72,6 +73,7 @@ int64_t PlanSharding::world() const {
 
 PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     : graph_(std::move(forward)), has_graph_(true), sharding_(opts.sharding) {
+  shard_tensor_parallel(graph_);
   dloss_ = append_backward(graph_);
   apply_remat(graph_, opts.remat_policy);
   first_opt_ = static_cast<int>(graph_.nodes().size());
@@ -242,25 +244,6 @@ void PlanSpec::place_values() {
     const Value& v = values[L.param];
     opt_[L.param] = rows_of(state_[L.param], first, rows);
     if (v.compute_copy != kNoValue) opt_[v.compute_copy] = rows_of(state_[v.compute_copy], first, rows);
-  }
-}
-
-double node_flops(const Graph& g, const Node& n) {
-  switch (n.op) {
-    case OpKind::kMatmul: {
-      const Shape& c = g.value(n.out[0]).shape;
-      const Shape& a = g.value(n.in[0]).shape;
-      int64_t k = n.attrs.trans_a ? a[0] : a[1];
-      return 2.0 * static_cast<double>(c[0]) * static_cast<double>(c[1]) * static_cast<double>(k);
-    }
-    case OpKind::kAttention:
-      return ops::attention_fwd_flops(n.attrs.batch, n.attrs.seq, n.attrs.heads, n.attrs.head_dim,
-                                      n.attrs.sliding_window);
-    case OpKind::kAttentionBwd:
-      return ops::attention_bwd_flops(n.attrs.batch, n.attrs.seq, n.attrs.heads, n.attrs.head_dim,
-                                      n.attrs.sliding_window);
-    default:
-      return 0;
   }
 }
 

@@ -240,8 +240,6 @@ class PlanSpec {
   FlopReport flops_;
 };
 
-// FLOPs of one node (matmuls and attention; elementwise work counts 0).
-double node_flops(const Graph& g, const Node& n);
 
 // The scratch (bytes) dist/mpi_communicator.cc's non-blocking schedules take for one collective
 // over `ranks` ranks: reduce-scatter and all-reduce hold a receive block of the largest part (and

@@ -19,29 +19,21 @@ struct Block {
 
   ValueId w(ValueId param) { return g.compute_view(param, s.dtype); }
 
-  // Under tensor parallelism the projections hold this rank's heads (graph.h): H and K below are
-  // the local counts, read from the parameters' shapes.
+  // The whole model's shapes: under tensor parallelism graph/sharding.h gives each rank its heads.
   ValueId attention(ValueId x, const std::string& p) {
     int64_t E = s.emb_dim, H = s.num_query_heads, K = s.num_kv_heads, D = s.head_dim;
     ValueId wq = g.param(p + "query.kernel", Shape{E, H * D}, {"embed", "q_heads"});
     ValueId wk = g.param(p + "key.kernel", Shape{E, K * D}, {"embed", "kv_heads"});
     ValueId wv = g.param(p + "value.kernel", Shape{E, K * D}, {"embed", "kv_heads"});
     ValueId wo = g.param(p + "out.kernel", Shape{H * D, E}, {"heads", "embed"});
-    H = g.value(wq).shape[1] / D;
-    K = g.value(wk).shape[1] / D;
     ValueId q = g.matmul(x, w(wq), p + "query", "query_proj");   // [N, H*D]
     ValueId k = g.matmul(x, w(wk), p + "key", "key_proj");       // [N, K*D]
     ValueId v = g.matmul(x, w(wv), p + "value", "value_proj");   // [N, K*D]
     const int B = static_cast<int>(s.batch), T = static_cast<int>(s.seq);
     q = g.rope(q, positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope");
     k = g.rope(k, positions, B, T, static_cast<int>(K), static_cast<int>(D), p + "key_rope");
-    graph::NodeAttrs a;
-    a.batch = B;
-    a.seq = T;
-    a.heads = static_cast<int>(H);
-    a.kv_heads = static_cast<int>(K);
-    a.head_dim = static_cast<int>(D);
-    a.sliding_window = s.sliding_window;
+    const graph::AttentionAttrs a{.batch = B, .seq = T, .heads = static_cast<int>(H), .kv_heads = static_cast<int>(K),
+                                  .head_dim = static_cast<int>(D), .sliding_window = s.sliding_window};
     ValueId o = g.attention(q, k, v, segment_ids, a, p + "attention");  // [N, H*D]
     return g.matmul(o, w(wo), p + "out", "out_proj");                   // [N, E]
   }

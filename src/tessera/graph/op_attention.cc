@@ -1,0 +1,149 @@
+// The attention op families of the op table (op_table.h): rope and causal attention (GQA, sliding
+// window, packed segments), each with its shapes, sharding rule, backward rule, kernel call and
+// FLOPs side by side. Activations are [N, heads*D], seen as [B, T, heads, D] by the kernels.
+#include "tessera/core/error.h"
+#include "tessera/graph/autodiff.h"
+#include "tessera/graph/op_families.h"
+#include "tessera/graph/sharding.h"
+#include "tessera/graph/workspace.h"
+#include "tessera/ops/attention.h"
+#include "tessera/ops/rope.h"
+
+namespace tessera::graph {
+
+namespace {
+
+// ---- rope: rotate-half rotary embeddings at the given positions [B, T] --------------------------
+
+std::vector<OutputSpec> rope_infer(const Graph& g, const Node& n) {
+  const RopeAttrs& a = n.attr<RopeAttrs>();
+  const Value& x = g.value(n.in[0]);
+  TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && x.shape[1] == static_cast<int64_t>(a.heads) * a.head_dim &&
+                          x.shape[0] == static_cast<int64_t>(a.batch) * a.seq,
+                      "{}: {} heads of {} over {} x {} tokens do not match {}", n.name, a.heads, a.head_dim,
+                      a.batch, a.seq, x.shape.str());
+  return {{"", x.shape, x.dtype}};
+}
+
+// Rotation is per head: a tensor rank rotates the heads it holds.
+void rope_shard(ShardBuilder& sb, Node n) {
+  const Value& x = sb.graph().value(n.in[0]);
+  RopeAttrs& a = n.attr<RopeAttrs>();
+  a.heads = static_cast<int>(x.shape[1] / a.head_dim);
+  sb.set_shard(n.out[0], x.tp);
+  sb.emit(std::move(n));
+}
+
+void rope_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  ValueId dx = gb.grad_value(f.in[0]);
+  gb.add(gb.node(OpKind::kRopeBwd, {dy, f.in[1]}, {dx}, ".bwd"));
+  gb.contribute(f.in[0], dx);
+}
+
+Tensor rope_view(const Tensor& t, const RopeAttrs& a) { return heads_view(t, a.batch, a.seq, a.heads, a.head_dim); }
+
+void rope_run(const RunContext& c, const Node& n) {
+  const RopeAttrs& a = n.attr<RopeAttrs>();
+  TESSERA_CHECK(c.rope != nullptr, ErrorKind::kInternal, "{}: the executor has no RoPE table", n.name);
+  ops::rope_fwd(rope_view(c.in(n, 0), a), c.in(n, 1), *c.rope, ops::RopeLayout::kRotateHalf,
+                rope_view(c.out(n, 0), a));
+}
+
+void rope_bwd_run(const RunContext& c, const Node& n) {  // in: dy, positions
+  const RopeAttrs& a = n.attr<RopeAttrs>();
+  TESSERA_CHECK(c.rope != nullptr, ErrorKind::kInternal, "{}: the executor has no RoPE table", n.name);
+  ops::rope_bwd(rope_view(c.in(n, 0), a), c.in(n, 1), *c.rope, ops::RopeLayout::kRotateHalf,
+                rope_view(c.out(n, 0), a));
+}
+
+// ---- attention: o = softmax(q kᵀ / sqrt(D), causal) v; lse [B, heads, T] kept for the backward ----
+// in: q, k, v [, segment_ids]
+
+std::vector<OutputSpec> attention_infer(const Graph& g, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  const Value& q = g.value(n.in[0]);
+  const Value& k = g.value(n.in[1]);
+  const Value& v = g.value(n.in[2]);
+  TESSERA_CHECK_SHAPE(q.shape[1] == static_cast<int64_t>(a.heads) * a.head_dim &&
+                          k.shape[1] == static_cast<int64_t>(a.kv_heads) * a.head_dim && v.shape == k.shape,
+                      "{}: {} query and {} kv heads of {} do not match q {}, k {} and v {}", n.name, a.heads,
+                      a.kv_heads, a.head_dim, q.shape.str(), k.shape.str(), v.shape.str());
+  return {{"", q.shape, q.dtype}, {".lse", Shape{a.batch, a.heads, a.seq}, DType::kF32}};
+}
+
+// A tensor rank attends with the query heads it holds and their key/value heads.
+void attention_shard(ShardBuilder& sb, Node n) {
+  const Graph& g = sb.graph();
+  const TensorShard tp = sb.shard(n.in[0]);
+  TESSERA_CHECK(tp.split() == sb.shard(n.in[1]).split() && tp.split() == sb.shard(n.in[2]).split(),
+                ErrorKind::kConfig,
+                "{}: the query, key and value projections must be split over the tensor axis alike (heads, "
+                "kv_heads in logical_axis_rules)",
+                n.name);
+  AttentionAttrs& a = n.attr<AttentionAttrs>();
+  a.heads = static_cast<int>(g.value(n.in[0]).shape[1] / a.head_dim);
+  a.kv_heads = static_cast<int>(g.value(n.in[1]).shape[1] / a.head_dim);
+  sb.set_shard(n.out[0], tp);
+  sb.emit(std::move(n));
+}
+
+void attention_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  ValueId dq = gb.grad_value(f.in[0]), dk = gb.grad_value(f.in[1]), dv = gb.grad_value(f.in[2]);
+  std::vector<ValueId> in = {dy, f.in[0], f.in[1], f.in[2], f.out[0], f.out[1]};
+  if (f.in.size() > 3) in.push_back(f.in[3]);
+  gb.add(gb.node(OpKind::kAttentionBwd, in, {dq, dk, dv}, ".bwd"));
+  gb.contribute(f.in[0], dq);
+  gb.contribute(f.in[1], dk);
+  gb.contribute(f.in[2], dv);
+}
+
+ops::AttentionOptions attention_options(const RunContext& c, const Node& n, size_t seg_index) {
+  ops::AttentionOptions o;
+  o.sliding_window = n.attr<AttentionAttrs>().sliding_window;
+  if (n.in.size() > seg_index) o.segment_ids = c.in(n, seg_index);
+  return o;
+}
+
+Tensor q_view(const Tensor& t, const AttentionAttrs& a) { return heads_view(t, a.batch, a.seq, a.heads, a.head_dim); }
+Tensor kv_view(const Tensor& t, const AttentionAttrs& a) {
+  return heads_view(t, a.batch, a.seq, a.kv_heads, a.head_dim);
+}
+
+void attention_run(const RunContext& c, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  ops::attention_fwd(q_view(c.in(n, 0), a), kv_view(c.in(n, 1), a), kv_view(c.in(n, 2), a),
+                     q_view(c.out(n, 0), a), c.out(n, 1), attention_options(c, n, 3));
+}
+
+void attention_bwd_run(const RunContext& c, const Node& n) {  // in: do, q, k, v, o, lse [, seg]
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  ops::attention_bwd(q_view(c.in(n, 0), a), q_view(c.in(n, 1), a), kv_view(c.in(n, 2), a), kv_view(c.in(n, 3), a),
+                     q_view(c.in(n, 4), a), c.in(n, 5), q_view(c.out(n, 0), a), kv_view(c.out(n, 1), a),
+                     kv_view(c.out(n, 2), a), attention_options(c, n, 6));
+}
+
+double attention_flops(const Graph&, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  return ops::attention_fwd_flops(a.batch, a.seq, a.heads, a.head_dim, a.sliding_window);
+}
+
+double attention_bwd_flops(const Graph&, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  return ops::attention_bwd_flops(a.batch, a.seq, a.heads, a.head_dim, a.sliding_window);
+}
+
+}  // namespace
+
+std::vector<OpDef> attention_op_defs() {
+  return {
+      {.kind = OpKind::kRope, .name = "rope", .infer = rope_infer, .backward = rope_backward, .shard = rope_shard,
+       .run = rope_run},
+      {.kind = OpKind::kRopeBwd, .name = "rope_bwd", .run = rope_bwd_run},
+      {.kind = OpKind::kAttention, .name = "attention", .infer = attention_infer, .backward = attention_backward,
+       .shard = attention_shard, .run = attention_run, .flops = attention_flops},
+      {.kind = OpKind::kAttentionBwd, .name = "attention_bwd", .run = attention_bwd_run,
+       .flops = attention_bwd_flops},
+  };
+}
+
+}  // namespace tessera::graph
