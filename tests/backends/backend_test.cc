@@ -1,13 +1,17 @@
 // The device axis: tensors and arenas carry their device, views keep it, and backend_for maps a
-// device to its backend (the CPU's here; a device without a backend in the build is a clear error).
+// device to its backend (the CPU's here; a device without a backend in the build is a clear error),
+// and the op entries find their kernels through the tensors' device.
 #include "tessera/backends/backend.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "tessera/backends/kernels.h"
 #include "tessera/core/arena.h"
+#include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/norm.h"
 
 namespace tessera {
 namespace {
@@ -72,6 +76,38 @@ TEST(Backend, ADeviceWithoutABackendIsAClearError) {
     EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_NE(std::string(e.what()).find("no backend for device cuda:0"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA=ON"), std::string::npos) << e.what();
+  }
+}
+
+// Every family's table is filled for each kernel build the CPU runs.
+TEST(Backend, CpuKernelTablesAreCompleteOnEveryIsa) {
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    set_active_isa(isa);
+    const backends::KernelTables& k = backends::kernels_for(Device::cpu());
+    for (const void* t : {static_cast<const void*>(k.activation), static_cast<const void*>(k.attention),
+                          static_cast<const void*>(k.cross_entropy), static_cast<const void*>(k.decode_attention),
+                          static_cast<const void*>(k.embedding), static_cast<const void*>(k.gemm),
+                          static_cast<const void*>(k.gemv), static_cast<const void*>(k.norm),
+                          static_cast<const void*>(k.optimizer), static_cast<const void*>(k.rope),
+                          static_cast<const void*>(k.vector), static_cast<const void*>(k.vocab_parallel)})
+      EXPECT_NE(t, nullptr) << isa_name(isa);
+  }
+  set_active_isa(before);
+}
+
+// An op entry given tensors of a device this build has no backend for says so, not a crash.
+TEST(Backend, AnOpOnADeviceWithoutABackendIsAClearError) {
+  std::vector<float> x(8, 1.0f), gamma(4, 1.0f), y(8), rstd(2);
+  const Device gpu = Device::cuda(0);
+  try {
+    ops::rmsnorm_fwd(Tensor(x.data(), {2, 4}, DType::kF32, gpu), Tensor(gamma.data(), {4}, DType::kF32, gpu), 1e-6f,
+                     Tensor(y.data(), {2, 4}, DType::kF32, gpu), Tensor(rstd.data(), {2}, DType::kF32, gpu));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("no backend for device cuda:0"), std::string::npos) << e.what();
   }
 }
 

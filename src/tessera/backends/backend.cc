@@ -2,6 +2,7 @@
 #include "tessera/backends/backend.h"
 
 #include "tessera/backends/cpu/cpu_backend.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::backends {
@@ -13,5 +14,7 @@ Backend& backend_for(Device device) {
        "(configure with -DTESSERA_CUDA=ON for NVIDIA GPUs)",
        device.str());
 }
+
+const KernelTables& kernels_for(Device device) { return backend_for(device).kernels(); }
 
 }  // namespace tessera::backends

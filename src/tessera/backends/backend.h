@@ -9,8 +9,9 @@
 //   - fill_zero / copy: the memory operations of a step, queued on the backend's stream;
 //   - synchronize: waits for the work queued so far (a no-op on the CPU, where every call
 //     returns when its work is done).
-// The kernels themselves stay in per-family tables of raw-pointer functions that the op entries
-// call (backends/cpu/isa_dispatch.h); a device backend adds its tables beside them.
+//   - calibrate_peak: its measured peak FLOP/s for MFU;
+//   - kernels: its per-family tables of raw-pointer kernels (kernels.h), which the op entries call
+//     after checking their arguments.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,15 @@
 #include "tessera/core/tensor.h"
 
 namespace tessera::backends {
+
+struct KernelTables;  // kernels.h
+
+// A device's peak FLOP/s, the denominator of MFU.
+struct DevicePeak {
+  double f32_flops = 0;   // FLOP/s, the whole device (on the CPU: all threads)
+  double bf16_flops = 0;  // FLOP/s with bf16 operands (= the f32 peak where there is no faster path)
+  double for_dtype(DType compute) const { return compute == DType::kBF16 ? bf16_flops : f32_flops; }
+};
 
 class Backend {
  public:
@@ -43,6 +53,12 @@ class Backend {
   // dst = src for contiguous tensors of equal size (a no-op when they are the same memory).
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;
+
+  // The kernel tables (kernels.h); on the CPU those of the active ISA.
+  virtual const KernelTables& kernels() const = 0;
+  // Measures the peak with calibration loops of about `seconds_per_kind` each (on the CPU: every
+  // thread at once, the active ISA's kernels).
+  virtual DevicePeak calibrate_peak(double seconds_per_kind) const = 0;
 };
 
 // The backend of `device`; throws kRuntime when this build has none for it (e.g. a CUDA device in

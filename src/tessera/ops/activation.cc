@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -23,7 +24,7 @@ void check_like(const char* op, const char* arg, const Tensor& t, const Tensor& 
 
 // Row view of a gated-unit operand [..., F]: a rank-2 tensor with unit column stride may have any
 // row stride >= F; other ranks must be contiguous.
-cpu::ConstRows rows_of(const char* op, const char* arg, const Tensor& t) {
+backends::ConstRows rows_of(const char* op, const char* arg, const Tensor& t) {
   TESSERA_CHECK_SHAPE(t.rank() >= 1, "{}: {} must have a last dimension F, got {}", op, arg, t.str());
   const int64_t f = t.dim(-1);
   const bool strided_ok = t.rank() == 2 && (t.stride(1) == 1 || f == 1) && t.stride(0) >= f;
@@ -33,8 +34,8 @@ cpu::ConstRows rows_of(const char* op, const char* arg, const Tensor& t) {
   return {t.data(), t.rank() == 2 && t.dim(0) > 1 ? t.stride(0) : f};
 }
 
-cpu::MutRows mut_rows_of(const char* op, const char* arg, const Tensor& t) {
-  cpu::ConstRows r = rows_of(op, arg, t);
+backends::MutRows mut_rows_of(const char* op, const char* arg, const Tensor& t) {
+  backends::ConstRows r = rows_of(op, arg, t);
   return {t.data(), r.ld};
 }
 
@@ -69,7 +70,7 @@ void act_fwd(Activation act, const Tensor& x, const Tensor& y) {
   check_float_dtype("act_fwd", "x", x);
   check_like("act_fwd", "y", y, x, "x");
   TESSERA_CHECK_SHAPE(x.is_contiguous() && y.is_contiguous(), "act_fwd: x and y must be contiguous");
-  const auto& k = cpu::activation_kernels();
+  const auto& k = *backends::kernels_for(x).activation;
   if (x.dtype() == DType::kF32)
     k.act_fwd_f32(act, x.ptr<float>(), y.ptr<float>(), x.numel());
   else
@@ -82,7 +83,7 @@ void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx
   check_like("act_bwd", "dx", dx, x, "x");
   TESSERA_CHECK_SHAPE(x.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(),
                       "act_bwd: x, dy and dx must be contiguous");
-  const auto& k = cpu::activation_kernels();
+  const auto& k = *backends::kernels_for(x).activation;
   if (x.dtype() == DType::kF32)
     k.act_bwd_f32(act, x.ptr<float>(), dy.ptr<float>(), dx.ptr<float>(), x.numel());
   else
@@ -94,14 +95,14 @@ void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
   check_like("glu_fwd", "up", up, gate, "gate");
   check_like("glu_fwd", "out", out, gate, "gate");
   const int64_t f = gate.rank() >= 1 ? gate.dim(-1) : 1;
-  cpu::GluFwdArgs a{act,
+  backends::GluFwdArgs a{act,
                     f > 0 ? gate.numel() / f : 0,
                     f,
                     rows_of("glu_fwd", "gate", gate),
                     rows_of("glu_fwd", "up", up),
                     mut_rows_of("glu_fwd", "out", out)};
   if (a.rows == 0 || a.cols == 0) return;
-  const auto& k = cpu::activation_kernels();
+  const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_fwd_f32 : k.glu_fwd_bf16)(a);
 }
 
@@ -113,7 +114,7 @@ void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
   check_like("glu_bwd", "dgate", dgate, gate, "gate");
   check_like("glu_bwd", "dup", dup, gate, "gate");
   const int64_t f = gate.rank() >= 1 ? gate.dim(-1) : 1;
-  cpu::GluBwdArgs a{act,
+  backends::GluBwdArgs a{act,
                     f > 0 ? gate.numel() / f : 0,
                     f,
                     rows_of("glu_bwd", "gate", gate),
@@ -122,7 +123,7 @@ void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
                     mut_rows_of("glu_bwd", "dgate", dgate),
                     mut_rows_of("glu_bwd", "dup", dup)};
   if (a.rows == 0 || a.cols == 0) return;
-  const auto& k = cpu::activation_kernels();
+  const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_bwd_f32 : k.glu_bwd_bf16)(a);
 }
 

@@ -24,12 +24,12 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tessera/backends/cpu/activation_kernels.h"
+#include "tessera/backends/kernels/activation.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::ops {
 
-using Activation = cpu::Activation;
+using Activation = backends::Activation;
 
 // "silu", "gelu" (tanh approximation), "gelu_exact" (erf), "linear"; throws kConfig listing them.
 Activation activation_from_name(std::string_view name);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tessera/backends/cpu/attention_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -21,7 +21,7 @@ void check_activation(const char* op, const char* name, const Tensor& t, int64_t
 }
 
 // Checks q, k, v, lse and the options; returns the kernel's problem description.
-cpu::AttentionProblem check_problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+backends::AttentionProblem check_problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& lse, const AttentionOptions& opt) {
   TESSERA_CHECK_SHAPE(q.rank() == 4, "{}: q must be [B, T, H, D], got {}", op, q.shape().str());
   TESSERA_CHECK_SHAPE(q.dtype() == DType::kF32 || q.dtype() == DType::kBF16,
@@ -55,7 +55,7 @@ cpu::AttentionProblem check_problem(const char* op, const Tensor& q, const Tenso
                             seg.is_contiguous(),
                         "{}: segment_ids must be contiguous int32 [{}, {}], got {}", op, B, T, seg.str());
   }
-  return cpu::AttentionProblem{B,
+  return backends::AttentionProblem{B,
                                T,
                                H,
                                Hkv,
@@ -74,24 +74,24 @@ cpu::AttentionProblem check_problem(const char* op, const Tensor& q, const Tenso
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const AttentionOptions& opt) {
-  const cpu::AttentionProblem p = check_problem("attention_fwd", q, k, v, lse, opt);
+  const backends::AttentionProblem p = check_problem("attention_fwd", q, k, v, lse, opt);
   check_activation("attention_fwd", "out", out, p.B, p.T, p.H, p.D, q.dtype());
   if (p.B == 0 || p.T == 0) return;
-  cpu::attention_kernels().forward(p, q.data(), k.data(), v.data(), out.data(), lse.ptr<float>());
+  backends::kernels_for(q).attention->forward(p, q.data(), k.data(), v.data(), out.data(), lse.ptr<float>());
 }
 
 void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                    const AttentionOptions& opt) {
   const char* op = "attention_bwd";
-  const cpu::AttentionProblem p = check_problem(op, q, k, v, lse, opt);
+  const backends::AttentionProblem p = check_problem(op, q, k, v, lse, opt);
   check_activation(op, "out", out, p.B, p.T, p.H, p.D, q.dtype());
   check_activation(op, "dout", dout, p.B, p.T, p.H, p.D, q.dtype());
   check_activation(op, "dq", dq, p.B, p.T, p.H, p.D, q.dtype());
   check_activation(op, "dk", dk, p.B, p.T, p.Hkv, p.D, q.dtype());
   check_activation(op, "dv", dv, p.B, p.T, p.Hkv, p.D, q.dtype());
   if (p.B == 0 || p.T == 0) return;
-  cpu::attention_kernels().backward(p, dout.data(), q.data(), k.data(), v.data(), out.data(),
+  backends::kernels_for(dout).attention->backward(p, dout.data(), q.data(), k.data(), v.data(), out.data(),
                                     lse.ptr<float>(), dq.data(), dk.data(), dv.data());
 }
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "tessera/backends/cpu/vector_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -10,7 +10,7 @@ namespace tessera::ops {
 void convert(const Tensor& src, const Tensor& dst) {
   TESSERA_CHECK_SHAPE(src.shape() == dst.shape(), "convert: shapes differ, {} vs {}", src.str(), dst.str());
   TESSERA_CHECK_SHAPE(src.is_contiguous() && dst.is_contiguous(), "convert: tensors must be contiguous");
-  const auto& k = cpu::vector_kernels();
+  const auto& k = *backends::kernels_for(src).vector;
   if (src.dtype() == dst.dtype()) {
     std::memmove(dst.data(), src.data(), src.nbytes());
   } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {

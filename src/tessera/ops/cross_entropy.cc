@@ -1,4 +1,4 @@
-// Cross-entropy op entries: argument checks, dispatch to cpu::cross_entropy_kernels, the mean
+// Cross-entropy op entries: argument checks, dispatch to the device's cross-entropy kernels (backends/kernels.h), the mean
 // helper, cost counts and the double references.
 #include "tessera/ops/cross_entropy.h"
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tessera/backends/cpu/cross_entropy_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -15,7 +15,7 @@ namespace {
 
 // Checks logits [N, V] (f32|bf16, contiguous), targets int32 [N] with every t < V, and each f32 [N]
 // vector in `rows`; returns the kernel's view of the problem.
-cpu::CrossEntropyRows check_rows(const char* op, const Tensor& logits, const Tensor& targets, float z_loss,
+backends::CrossEntropyRows check_rows(const char* op, const Tensor& logits, const Tensor& targets, float z_loss,
                                  std::initializer_list<std::pair<const char*, const Tensor*>> rows) {
   TESSERA_CHECK_SHAPE(logits.rank() == 2 && logits.is_contiguous(),
                       "{}: logits must be a contiguous [N, V] tensor, got {}", op, logits.str());
@@ -43,7 +43,7 @@ cpu::CrossEntropyRows check_rows(const char* op, const Tensor& logits, const Ten
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& lse,
                            float z_loss) {
   auto rows = check_rows("cross_entropy_forward", logits, targets, z_loss, {{"loss", &loss}, {"lse", &lse}});
-  cpu::cross_entropy_kernels().forward(rows, loss.ptr<float>(), lse.ptr<float>());
+  backends::kernels_for(logits).cross_entropy->forward(rows, loss.ptr<float>(), lse.ptr<float>());
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -59,7 +59,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const char* d0 = static_cast<const char*>(dlogits.data());
   TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
                       "cross_entropy_backward: dlogits overlaps the logits without being the same tensor");
-  cpu::cross_entropy_kernels().backward(rows, lse.ptr<float>(), dloss.ptr<float>(), dlogits.data());
+  backends::kernels_for(logits).cross_entropy->backward(rows, lse.ptr<float>(), dloss.ptr<float>(), dlogits.data());
 }
 
 MeanLoss cross_entropy_mean(const Tensor& loss, const Tensor& targets) {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tessera/backends/cpu/decode_attention_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -55,9 +55,9 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                         len[b], T);
   }
   if (M == 0) return;
-  const cpu::DecodeAttentionProblem p{
+  const backends::DecodeAttentionProblem p{
       M, H, Hkv, D, S, T, q.dtype() == DType::kBF16, scale, opt.sliding_window, s, len};
-  cpu::decode_attention_kernels().forward(p, q.data(), k_cache.data(), v_cache.data(), out.data());
+  backends::kernels_for(q).decode_attention->forward(p, q.data(), k_cache.data(), v_cache.data(), out.data());
 }
 
 double decode_attention_flops(const std::vector<int64_t>& visible_keys, int64_t H, int64_t D) {

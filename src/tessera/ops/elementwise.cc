@@ -1,6 +1,6 @@
 #include "tessera/ops/elementwise.h"
 
-#include "tessera/backends/cpu/vector_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -11,7 +11,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   TESSERA_CHECK_SHAPE(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "add: dtypes differ: a {}, b {}, out {}",
                       a.str(), b.str(), out.str());
   TESSERA_CHECK_SHAPE(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(), "add: tensors must be contiguous");
-  const auto& k = cpu::vector_kernels();
+  const auto& k = *backends::kernels_for(a).vector;
   if (a.dtype() == DType::kF32) {
     k.add_f32(a.ptr<float>(), b.ptr<float>(), out.ptr<float>(), a.numel());
   } else if (a.dtype() == DType::kBF16) {

@@ -1,8 +1,8 @@
-// Embedding op entries: argument checks (every id in range), dispatch to cpu::embedding_kernels,
+// Embedding op entries: argument checks (every id in range), dispatch to the device's embedding kernels,
 // cost counts and the double references.
 #include "tessera/ops/embedding.h"
 
-#include "tessera/backends/cpu/embedding_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -14,7 +14,7 @@ bool is_float(DType d) {
 }
 
 // Checks ids int32 [N] against a vocabulary of V and returns the kernel's view.
-cpu::EmbeddingLookup check_ids(const char* op, const Tensor& ids, int64_t n, int64_t c, int64_t vocab) {
+backends::EmbeddingLookup check_ids(const char* op, const Tensor& ids, int64_t n, int64_t c, int64_t vocab) {
   TESSERA_CHECK_SHAPE(ids.dtype() == DType::kI32 && ids.shape() == Shape{n} && ids.is_contiguous(),
                       "{}: ids must be int32[{}], got {}", op, n, ids.str());
   const int32_t* p = ids.ptr<int32_t>();
@@ -35,7 +35,7 @@ void embedding_forward(const Tensor& table, const Tensor& ids, const Tensor& out
                       "embedding_forward: out must be a contiguous float32 or bfloat16 [N, {}], got {}", c,
                       out.str());
   const auto lk = check_ids("embedding_forward", ids, out.dim(0), c, vocab);
-  cpu::embedding_kernels().forward(lk, table.data(), table.dtype(), out.data(), out.dtype());
+  backends::kernels_for(table).embedding->forward(lk, table.data(), table.dtype(), out.data(), out.dtype());
 }
 
 void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
@@ -46,7 +46,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
                       "embedding_backward: dout must be a contiguous float32 or bfloat16 [N, {}], got {}", c,
                       dout.str());
   const auto lk = check_ids("embedding_backward", ids, dout.dim(0), c, vocab);
-  cpu::embedding_kernels().backward(lk, dout.data(), dout.dtype(), dtable.ptr<float>());
+  backends::kernels_for(dout).embedding->backward(lk, dout.data(), dout.dtype(), dtable.ptr<float>());
 }
 
 EmbeddingCost embedding_forward_cost(int64_t n, int64_t c, DType table_dtype, DType out_dtype) {

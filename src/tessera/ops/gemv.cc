@@ -1,7 +1,7 @@
 // gemv op entry: shape and dtype checks, then the kernels; and the double reference.
 #include "tessera/ops/gemv.h"
 
-#include "tessera/backends/cpu/gemv_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -34,8 +34,8 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor& y, GemvOptions opts) {
   TESSERA_CHECK_SHAPE(y.numel() == 0 || (!overlaps(y, x) && !overlaps(y, w)),
                       "gemv: y {} overlaps an input (x {}, w {})", y.str(), x.str(), w.str());
   if (m == 0 || n == 0) return;
-  const cpu::GemvArgs a{m, n, k, x.data(), k, w.data(), k, y.data(), n, opts.accumulate};
-  const cpu::GemvKernels& kern = cpu::gemv_kernels();
+  const backends::GemvArgs a{m, n, k, x.data(), k, w.data(), k, y.data(), n, opts.accumulate};
+  const backends::GemvKernels& kern = *backends::kernels_for(x).gemv;
   if (x.dtype() == DType::kF32)
     kern.f32(a);
   else if (y.dtype() == DType::kF32)

@@ -1,7 +1,7 @@
 // Small-M matrix products against a weight stored one output per row: y[M, N] (+)= x[M, K] · wᵀ
 // with w [N, K] (Hugging Face's nn.Linear layout, [out, in]). This is the product of decoding,
 // where M is the number of sequences stepping together (1 to a few dozen) and w is a layer's
-// weight: the work is reading w once, which the kernels (backends/cpu/gemv_kernels.h) do at the
+// weight: the work is reading w once, which the kernels (backends/kernels/gemv.h) do at the
 // memory bandwidth. Any M >= 1 is correct; for large M (a prefill) oneDNN's GEMM (ops/matmul.h,
 // trans_b) is faster, and bench/decode_bench.cc shows where they cross.
 //

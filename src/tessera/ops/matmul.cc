@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "tessera/backends/cpu/onednn_matmul.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -51,7 +51,7 @@ void check(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulOption
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOptions opts) {
   check(a, b, c, opts);
-  cpu::GemmShape g;
+  backends::GemmShape g;
   g.m = c.dim(0);
   g.n = c.dim(1);
   g.k = opts.trans_a ? a.dim(0) : a.dim(1);
@@ -67,7 +67,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOptions opt
     if (!opts.accumulate) std::memset(c.data(), 0, c.nbytes());
     return;
   }
-  cpu::onednn_matmul(g, a.data(), b.data(), c.data());
+  backends::kernels_for(c).gemm->gemm(g, a.data(), b.data(), c.data());
 }
 
 int64_t matmul_bytes(int64_t m, int64_t n, int64_t k, DType ab_dtype, DType c_dtype, bool accumulate) {

@@ -1,5 +1,5 @@
 // Matrix multiply: C[M,N] = op(A)[M,K] · op(B)[K,N], or C += ... with accumulate, where op(X) is X
-// or its transpose. Runs on oneDNN (backends/cpu/onednn_matmul.h).
+// or its transpose. Runs on the device's GEMM (backends/kernels/gemm.h; on the CPU, oneDNN).
 //
 // Tensors are 2-D, row-major and contiguous. Storage shapes:
 //   A: [M, K], or [K, M] with trans_a;   B: [K, N], or [N, K] with trans_b;   C: [M, N].

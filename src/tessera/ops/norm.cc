@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/backends/cpu/norm_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -47,8 +47,8 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& 
   check_f32_vec("rmsnorm_fwd", "rstd", rstd, n, "N");
   TESSERA_CHECK_SHAPE(eps >= 0, "rmsnorm_fwd: eps must be >= 0, got {}", eps);
   if (n == 0) return;
-  cpu::NormFwdArgs a{x.data(), gamma.ptr<float>(), nullptr, eps, y.data(), nullptr, rstd.ptr<float>(), n, c};
-  const auto& k = cpu::norm_kernels();
+  backends::NormFwdArgs a{x.data(), gamma.ptr<float>(), nullptr, eps, y.data(), nullptr, rstd.ptr<float>(), n, c};
+  const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_fwd_f32 : k.rmsnorm_fwd_bf16)(a);
 }
 
@@ -61,7 +61,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const
   check_like("rmsnorm_bwd", "dx", dx, x);
   check_f32_vec("rmsnorm_bwd", "dgamma", dgamma, c, "C");
   if (n == 0) return;
-  cpu::NormBwdArgs a{x.data(),
+  backends::NormBwdArgs a{x.data(),
                      gamma.ptr<float>(),
                      nullptr,
                      rstd.ptr<float>(),
@@ -71,7 +71,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const
                      nullptr,
                      n,
                      c};
-  const auto& k = cpu::norm_kernels();
+  const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_bwd_f32 : k.rmsnorm_bwd_bf16)(a);
 }
 
@@ -85,7 +85,7 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, flo
   check_f32_vec("layernorm_fwd", "rstd", rstd, n, "N");
   TESSERA_CHECK_SHAPE(eps >= 0, "layernorm_fwd: eps must be >= 0, got {}", eps);
   if (n == 0) return;
-  cpu::NormFwdArgs a{x.data(),
+  backends::NormFwdArgs a{x.data(),
                      gamma.ptr<float>(),
                      beta.defined() ? beta.ptr<float>() : nullptr,
                      eps,
@@ -94,7 +94,7 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, flo
                      rstd.ptr<float>(),
                      n,
                      c};
-  const auto& k = cpu::norm_kernels();
+  const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.layernorm_fwd_f32 : k.layernorm_fwd_bf16)(a);
 }
 
@@ -109,7 +109,7 @@ void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, con
   check_f32_vec("layernorm_bwd", "dgamma", dgamma, c, "C");
   if (dbeta.defined()) check_f32_vec("layernorm_bwd", "dbeta", dbeta, c, "C");
   if (n == 0) return;
-  cpu::NormBwdArgs a{x.data(),
+  backends::NormBwdArgs a{x.data(),
                      gamma.ptr<float>(),
                      mean.ptr<float>(),
                      rstd.ptr<float>(),
@@ -119,7 +119,7 @@ void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, con
                      dbeta.defined() ? dbeta.ptr<float>() : nullptr,
                      n,
                      c};
-  const auto& k = cpu::norm_kernels();
+  const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.layernorm_bwd_f32 : k.layernorm_bwd_bf16)(a);
 }
 

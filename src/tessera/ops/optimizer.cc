@@ -1,11 +1,10 @@
 // Optimizer op entries: argument checks, the per-call AdamW scalars (bias corrections in double),
-// dispatch to cpu::optimizer_kernels, global norm and clip scale, cost counts, double references.
+// dispatch to the device's optimizer kernels, global norm and clip scale, cost counts, double references.
 #include "tessera/ops/optimizer.h"
 
 #include <cmath>
 
-#include "tessera/backends/cpu/optimizer_kernels.h"
-#include "tessera/backends/cpu/vector_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -45,7 +44,7 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, cons
   // digits of it.
   const double t = static_cast<double>(hp.step);
   const double bc1 = 1.0 - std::pow(hp.b1, t), bc2 = 1.0 - std::pow(hp.b2, t);
-  const cpu::AdamWScalars s = {.grad_scale = static_cast<float>(hp.grad_scale),
+  const backends::AdamWScalars s = {.grad_scale = static_cast<float>(hp.grad_scale),
                                .decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay),
                                .b1 = static_cast<float>(hp.b1),
                                .one_minus_b1 = static_cast<float>(1.0 - hp.b1),
@@ -54,7 +53,7 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, cons
                                .inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2)),
                                .eps = static_cast<float>(hp.eps),
                                .step_size = static_cast<float>(hp.lr / bc1)};
-  cpu::optimizer_kernels().adamw(s, param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
+  backends::kernels_for(param).optimizer->adamw(s, param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
                                  copy, n);
 }
 
@@ -64,7 +63,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const SgdHyperparams& h
   check_f32(op, "param", param, n);
   check_f32(op, "grad", grad, n);
   uint16_t* copy = check_copy(op, param_bf16, n);
-  cpu::optimizer_kernels().sgd(static_cast<float>(hp.lr), static_cast<float>(hp.grad_scale),
+  backends::kernels_for(param).optimizer->sgd(static_cast<float>(hp.lr), static_cast<float>(hp.grad_scale),
                                param.ptr<float>(), grad.ptr<float>(), copy, n);
 }
 
@@ -74,7 +73,7 @@ double global_norm(std::span<const Tensor> grads) {
     const Tensor& g = grads[i];
     TESSERA_CHECK_SHAPE(g.dtype() == DType::kF32 && g.is_contiguous(),
                         "global_norm: gradient {} must be a contiguous float32 tensor, got {}", i, g.str());
-    sum += cpu::vector_kernels().sum_squares_f32(g.ptr<float>(), g.numel());
+    sum += backends::kernels_for(g).vector->sum_squares_f32(g.ptr<float>(), g.numel());
   }
   return std::sqrt(sum);
 }

@@ -1,5 +1,5 @@
-// Vocabulary-parallel op entries: argument checks, dispatch to cpu::vocab_parallel_kernels (and,
-// for the shard's log-sum-exp, to cpu::cross_entropy_kernels), the O(N) combining steps, and the
+// Vocabulary-parallel op entries: argument checks, dispatch to the device's vocab-parallel kernels (and,
+// for the shard's log-sum-exp, to its cross-entropy kernels), the O(N) combining steps, and the
 // double references.
 #include "tessera/ops/vocab_parallel.h"
 
@@ -7,8 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tessera/backends/cpu/cross_entropy_kernels.h"
-#include "tessera/backends/cpu/vocab_parallel_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::ops {
@@ -21,7 +20,7 @@ bool is_float(DType d) {
 
 // Checks the shard [offset, offset + vocab_local) against V, and ids int32 [n] each in [lo, V)
 // (lo = 0 for token ids; targets may be negative: ignored). Returns the kernel's view.
-cpu::VocabShard check_shard(const char* op, const char* what, const Tensor& ids, int64_t n,
+backends::VocabShard check_shard(const char* op, const char* what, const Tensor& ids, int64_t n,
                             int64_t vocab_local, VocabShardRange r, bool allow_negative) {
   TESSERA_CHECK_SHAPE(r.offset >= 0 && vocab_local >= 1 && r.offset + vocab_local <= r.vocab,
                       "{}: the shard [{}, {}) does not lie in a vocabulary of {}", op, r.offset,
@@ -66,7 +65,7 @@ void vocab_embedding_forward(const Tensor& table, const Tensor& ids, VocabShardR
   TESSERA_CHECK_SHAPE(out.rank() == 2 && out.dim(1) == c && is_float(out.dtype()) && out.is_contiguous(),
                       "{}: out must be a contiguous float32 or bfloat16 [N, {}], got {}", op, c, out.str());
   const auto s = check_shard(op, "ids", ids, out.dim(0), table.dim(0), r, false);
-  cpu::vocab_parallel_kernels().embedding_forward(s, c, table.data(), table.dtype(), out.data(), out.dtype());
+  backends::kernels_for(table).vocab_parallel->embedding_forward(s, c, table.data(), table.dtype(), out.data(), out.dtype());
 }
 
 void vocab_embedding_backward(const Tensor& dout, const Tensor& ids, VocabShardRange r,
@@ -78,7 +77,7 @@ void vocab_embedding_backward(const Tensor& dout, const Tensor& ids, VocabShardR
   TESSERA_CHECK_SHAPE(dout.rank() == 2 && dout.dim(1) == c && is_float(dout.dtype()) && dout.is_contiguous(),
                       "{}: dout must be a contiguous float32 or bfloat16 [N, {}], got {}", op, c, dout.str());
   const auto s = check_shard(op, "ids", ids, dout.dim(0), dtable.dim(0), r, false);
-  cpu::vocab_parallel_kernels().embedding_backward(s, c, dout.data(), dout.dtype(), dtable.ptr<float>());
+  backends::kernels_for(dout).vocab_parallel->embedding_backward(s, c, dout.data(), dout.dtype(), dtable.ptr<float>());
 }
 
 void vocab_cross_entropy_partials(const Tensor& logits, const Tensor& targets, VocabShardRange r,
@@ -94,8 +93,8 @@ void vocab_cross_entropy_partials(const Tensor& logits, const Tensor& targets, V
   const bool bf16 = logits.dtype() == DType::kBF16;
   // The shard's log-sum-exp is the cross-entropy kernel's forward with every target ignored; its
   // loss output (all 0) goes to the target row, which is filled next.
-  const cpu::CrossEntropyRows rows{logits.data(), bf16, all_ignored(n), n, vl, 0.0f};
-  cpu::cross_entropy_kernels().forward(rows, target_logit, local_lse);
+  const backends::CrossEntropyRows rows{logits.data(), bf16, all_ignored(n), n, vl, 0.0f};
+  backends::kernels_for(logits).cross_entropy->forward(rows, target_logit, local_lse);
   for (int64_t i = 0; i < n; ++i) {
     lse.ptr<float>()[i] = local_lse[i];
     const int64_t t = s.ids[i] - r.offset;
@@ -157,7 +156,7 @@ void vocab_cross_entropy_backward(const Tensor& logits, const Tensor& targets, V
   const char* d0 = static_cast<const char*>(dlogits.data());
   TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
                       "{}: dlogits overlaps the logits without being the same tensor", op);
-  cpu::vocab_parallel_kernels().cross_entropy_backward(s, logits.data(), logits.dtype() == DType::kBF16,
+  backends::kernels_for(logits).vocab_parallel->cross_entropy_backward(s, logits.data(), logits.dtype() == DType::kBF16,
                                                        z_loss, lse.ptr<float>(), dloss.ptr<float>(),
                                                        dlogits.data());
 }

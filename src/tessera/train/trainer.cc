@@ -146,7 +146,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   if (cfg.device_peak_tflops > 0) {
     peak_flops_ = cfg.device_peak_tflops * 1e12;
   } else {
-    peak_ = cpu::calibrate_cpu_peak();
+    peak_ = backends::backend_for(Device::cpu()).calibrate_peak(0.05);
     peak_flops_ = peak_.for_dtype(compute);
   }
   startup_seconds_ = since(t0);

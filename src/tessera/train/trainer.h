@@ -36,7 +36,7 @@
 #include "tessera/models/llama.h"
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/metrics_writer.h"
-#include "tessera/backends/cpu/peak.h"
+#include "tessera/backends/backend.h"
 #include "tessera/train/schedule.h"
 #include "tessera/train/tensorboard.h"
 
@@ -107,7 +107,7 @@ class Trainer {
   std::unique_ptr<graph::Plan> plan_;
   std::unique_ptr<graph::Executor> exec_;
   LrSchedule schedule_;
-  cpu::DevicePeak peak_;
+  backends::DevicePeak peak_;
   double peak_flops_ = 0;
   int64_t step_ = 0;
   double startup_seconds_ = 0;

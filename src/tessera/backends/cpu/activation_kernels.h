@@ -1,67 +1,13 @@
-// Activation kernels: elementwise act(x) and its derivative, the gated unit act(gate) * up
-// (SwiGLU, GeGLU) with its backward, and the simd_math.h functions over arrays (so tests check the
-// code exactly as each ISA build compiles it). f32 and bf16 storage; math in f32.
-// The op entries, name parsing and double references live in ops/activation.{h,cc}.
+// The CPU's activation kernel table, built for each ISA (isa_dispatch.h); the table's
+// type and contract are in backends/kernels/activation.h.
 #pragma once
 
-#include <cstdint>
-
 #include "tessera/backends/cpu/isa_dispatch.h"
+#include "tessera/backends/kernels/activation.h"
 
 namespace tessera::cpu {
 
-// Which nonlinearity. See ops/activation.h for the names (MaxText's mlp_activations strings).
-enum class Activation : uint8_t {
-  kLinear,    // x
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); = 0.5 x (1 + tanh u)
-  kGeluErf,   // x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
-};
-
-// The simd_math.h functions, for tests of their accuracy as compiled in each ISA build.
-enum class MathFn : uint8_t { kExp, kTanh, kErf, kErfc };
-
-// Rows of a matrix in f32 or bf16 storage: element (r, j) at data[r * ld + j], ld >= cols. A row
-// stride lets the two halves of a fused [rows, 2F] projection be passed as gate and up.
-struct ConstRows {
-  const void* data;
-  int64_t ld;
-};
-struct MutRows {
-  void* data;
-  int64_t ld;
-};
-
-// out[r, j] = act(gate[r, j]) * up[r, j] for r < rows, j < cols. All in one dtype.
-struct GluFwdArgs {
-  Activation act;
-  int64_t rows, cols;
-  ConstRows gate, up;
-  MutRows out;
-};
-
-// dgate = dout * up * act'(gate); dup = dout * act(gate); both overwritten.
-struct GluBwdArgs {
-  Activation act;
-  int64_t rows, cols;
-  ConstRows gate, up, dout;
-  MutRows dgate, dup;
-};
-
-struct ActivationKernels {
-  // y[i] = act(x[i]) over a flat array.
-  void (*act_fwd_f32)(Activation act, const float* x, float* y, int64_t n);
-  void (*act_fwd_bf16)(Activation act, const uint16_t* x, uint16_t* y, int64_t n);
-  // dx[i] = dy[i] * act'(x[i]).
-  void (*act_bwd_f32)(Activation act, const float* x, const float* dy, float* dx, int64_t n);
-  void (*act_bwd_bf16)(Activation act, const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n);
-  void (*glu_fwd_f32)(const GluFwdArgs& a);
-  void (*glu_fwd_bf16)(const GluFwdArgs& a);
-  void (*glu_bwd_f32)(const GluBwdArgs& a);
-  void (*glu_bwd_bf16)(const GluBwdArgs& a);
-  // y[i] = fn(x[i]) with the simd_math.h function fn.
-  void (*math_f32)(MathFn fn, const float* x, float* y, int64_t n);
-};
+using namespace ::tessera::backends;  // the kernels' argument types, for the .inc files
 
 TESSERA_DECLARE_KERNEL_TABLE(ActivationKernels, activation_kernels)
 

@@ -8,11 +8,53 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tessera/backends/cpu/activation_kernels.h"
+#include "tessera/backends/cpu/attention_kernels.h"
+#include "tessera/backends/cpu/cross_entropy_kernels.h"
+#include "tessera/backends/cpu/decode_attention_kernels.h"
+#include "tessera/backends/cpu/embedding_kernels.h"
+#include "tessera/backends/cpu/gemv_kernels.h"
+#include "tessera/backends/cpu/norm_kernels.h"
+#include "tessera/backends/cpu/onednn_matmul.h"
+#include "tessera/backends/cpu/optimizer_kernels.h"
+#include "tessera/backends/cpu/peak.h"
+#include "tessera/backends/cpu/rope_kernels.h"
+#include "tessera/backends/cpu/vector_kernels.h"
+#include "tessera/backends/cpu/vocab_parallel_kernels.h"
+#include "tessera/backends/kernels.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 
 namespace tessera::cpu {
 namespace {
+
+constexpr backends::GemmKernels kOnednnGemm{.gemm = onednn_matmul};
+
+// The tables of one ISA's kernel build (isa_dispatch.h); GEMM is oneDNN's on every ISA.
+#define TESSERA_CPU_KERNEL_TABLES(ns)                                                                     \
+  backends::KernelTables {                                                                              \
+    .activation = &ns::kActivationKernels, .attention = &ns::kAttentionKernels,                         \
+    .cross_entropy = &ns::kCrossEntropyKernels, .decode_attention = &ns::kDecodeAttentionKernels,       \
+    .embedding = &ns::kEmbeddingKernels, .gemm = &kOnednnGemm, .gemv = &ns::kGemvKernels,                \
+    .norm = &ns::kNormKernels, .optimizer = &ns::kOptimizerKernels, .rope = &ns::kRopeKernels,          \
+    .vector = &ns::kVectorKernels, .vocab_parallel = &ns::kVocabParallelKernels                         \
+  }
+
+const backends::KernelTables& tables_for(Isa isa) {
+  static const backends::KernelTables avx512_tables = TESSERA_CPU_KERNEL_TABLES(avx512);
+  static const backends::KernelTables avx2_tables = TESSERA_CPU_KERNEL_TABLES(avx2);
+  static const backends::KernelTables scalar_tables = TESSERA_CPU_KERNEL_TABLES(scalar);
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512_tables;
+    case Isa::kAvx2:
+      return avx2_tables;
+    case Isa::kScalar:
+      break;
+  }
+  return scalar_tables;
+}
+#undef TESSERA_CPU_KERNEL_TABLES
 
 class CpuBackend final : public backends::Backend {
  public:
@@ -44,6 +86,10 @@ class CpuBackend final : public backends::Backend {
     if (dst.data() != src.data()) std::memcpy(dst.data(), src.data(), src.nbytes());
   }
   void synchronize() override {}
+  const backends::KernelTables& kernels() const override { return tables_for(active_isa()); }
+  backends::DevicePeak calibrate_peak(double seconds_per_kind) const override {
+    return calibrate_cpu_peak(seconds_per_kind);
+  }
 };
 
 }  // namespace

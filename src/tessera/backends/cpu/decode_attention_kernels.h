@@ -1,29 +1,13 @@
-// Attention of one new query per sequence against its KV cache (the decode step), built for
-// AVX-512, AVX2 and the scalar baseline from decode_attention_kernels.inc. The op entry
-// (ops/decode_attention.h) checks shapes and dtypes and states the math; these take raw pointers.
+// The CPU's decode attention kernel table, built for each ISA (isa_dispatch.h); the table's
+// type and contract are in backends/kernels/decode_attention.h.
 #pragma once
 
-#include <cstdint>
-
 #include "tessera/backends/cpu/isa_dispatch.h"
+#include "tessera/backends/kernels/decode_attention.h"
 
 namespace tessera::cpu {
 
-struct DecodeAttentionProblem {
-  int64_t rows;           // M: queries, one per sequence
-  int64_t H, Hkv, D;      // query heads, kv heads (H % Hkv == 0), head dim
-  int64_t slots, T;       // cache geometry: [slots, T, Hkv, D]
-  bool bf16;              // q, caches and out hold bf16 (else f32)
-  float scale;            // > 0
-  int64_t window;         // sliding window W (0: none)
-  const int32_t* slot;    // [rows]: the cache row of each query
-  const int32_t* length;  // [rows]: keys 0 .. length-1 exist; the query sits at length - 1
-};
-
-struct DecodeAttentionKernels {
-  // q, out [rows, H, D]; k, v [slots, T, Hkv, D].
-  void (*forward)(const DecodeAttentionProblem& p, const void* q, const void* k, const void* v, void* out);
-};
+using namespace ::tessera::backends;  // the kernels' argument types, for the .inc files
 
 TESSERA_DECLARE_KERNEL_TABLE(DecodeAttentionKernels, decode_attention_kernels)
 

@@ -1,51 +1,13 @@
-// Normalisation kernels over rows: RMSNorm and LayerNorm, forward and backward, f32 and bf16
-// activations (gamma, beta, statistics and parameter gradients are always f32). The op entries,
-// shape checks and double references live in ops/norm.{h,cc}.
+// The CPU's norm kernel table, built for each ISA (isa_dispatch.h); the table's
+// type and contract are in backends/kernels/norm.h.
 #pragma once
 
-#include <cstdint>
-
 #include "tessera/backends/cpu/isa_dispatch.h"
+#include "tessera/backends/kernels/norm.h"
 
 namespace tessera::cpu {
 
-// x, y: [rows, cols] contiguous, in the dtype the kernel is named for. gamma, beta: [cols].
-// mean, rstd: [rows]. RMSNorm ignores beta and mean; LayerNorm's beta may be null (no bias).
-struct NormFwdArgs {
-  const void* x;
-  const float* gamma;
-  const float* beta;
-  float eps;
-  void* y;
-  float* mean;
-  float* rstd;
-  int64_t rows, cols;
-};
-
-// dx: [rows, cols] overwritten; dgamma, dbeta: [cols] accumulated (+=), dbeta may be null.
-// mean and rstd are what the forward saved (RMSNorm ignores mean and dbeta).
-struct NormBwdArgs {
-  const void* x;
-  const float* gamma;
-  const float* mean;
-  const float* rstd;
-  const void* dy;
-  void* dx;
-  float* dgamma;
-  float* dbeta;
-  int64_t rows, cols;
-};
-
-struct NormKernels {
-  void (*rmsnorm_fwd_f32)(const NormFwdArgs& a);
-  void (*rmsnorm_fwd_bf16)(const NormFwdArgs& a);
-  void (*rmsnorm_bwd_f32)(const NormBwdArgs& a);
-  void (*rmsnorm_bwd_bf16)(const NormBwdArgs& a);
-  void (*layernorm_fwd_f32)(const NormFwdArgs& a);
-  void (*layernorm_fwd_bf16)(const NormFwdArgs& a);
-  void (*layernorm_bwd_f32)(const NormBwdArgs& a);
-  void (*layernorm_bwd_bf16)(const NormBwdArgs& a);
-};
+using namespace ::tessera::backends;  // the kernels' argument types, for the .inc files
 
 TESSERA_DECLARE_KERNEL_TABLE(NormKernels, norm_kernels)
 

@@ -38,22 +38,12 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/backends/kernels/gemm.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
 
-// One GEMM problem. Storage: A is [M, K] row-major, or [K, M] when trans_a; B is [K, N], or [N, K]
-// when trans_b; C is [M, N]. All contiguous.
-struct GemmShape {
-  int64_t m = 0, n = 0, k = 0;
-  bool trans_a = false;
-  bool trans_b = false;
-  DType ab_dtype = DType::kF32;  // A and B: f32 or bf16
-  DType c_dtype = DType::kF32;   // C: f32 or bf16
-  bool accumulate = false;       // C += op(A)·op(B) instead of C = op(A)·op(B)
-
-  bool operator==(const GemmShape&) const = default;
-};
+using backends::GemmShape;
 
 // Runs the GEMM. M, N and K must be >= 1. Throws tessera::Error(kRuntime) naming the shape when
 // oneDNN fails (no implementation for these dtypes on this CPU, out of memory).

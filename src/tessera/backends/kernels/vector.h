@@ -1,0 +1,24 @@
+// Streaming kernels over flat arrays: dtype conversion and reductions used by several ops.
+// The table type is device-neutral: each backend fills one (backends/kernels.h); the CPU's are
+// built per ISA in backends/cpu/.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::backends {
+
+struct VectorKernels {
+  // dst[i] = bf16(src[i]), round to nearest even.
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n);
+  // dst[i] = float(src[i]), exact.
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // sum_i x[i]^2, accumulated in double per thread-chunk so that long arrays keep precision.
+  double (*sum_squares_f32)(const float* x, int64_t n);
+  // x[i] *= a
+  void (*scale_f32)(float* x, float a, int64_t n);
+  // out[i] = a[i] + b[i] (out may alias a or b)
+  void (*add_f32)(const float* a, const float* b, float* out, int64_t n);
+  // out[i] = bf16(float(a[i]) + float(b[i])), rounded to nearest even
+  void (*add_bf16)(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n);
+};
+}  // namespace tessera::backends
