@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/ops/activation.h"
+#include "tessera/ops/elementwise.h"
 #include "tessera/ops/norm.h"
 #include "tessera/ops/rope.h"
 #include "testing/one_node_graph.h"
@@ -312,7 +313,79 @@ OpCase layernorm_case() {
     return Arrays{.f = {{"dx", to_vector(dx)}, {"dgamma", to_vector(dgamma)}, {"dbeta", to_vector(dbeta)}}};
   };
   c.grad_inputs = {"x", "gamma", "beta"};
-  return c;  // no Graph builder method for layernorm
+  // x -> layer_norm(x, gamma, beta) -> cross-entropy over the C columns.
+  c.graph_shapes = {{5, 7}, {3, 33}};
+  c.graph = [](const Dims& d) {
+    testing::OneNodeGraph b(d[0]);
+    graph::ValueId x = b.source("x", d[1], -1, 3);
+    graph::ValueId gamma = b.param("gamma", Shape{d[1]}, 0.5, 1.5);
+    graph::ValueId beta = b.param("beta", Shape{d[1]}, -0.5, 0.5);
+    b.loss(b.g.layer_norm(x, gamma, beta, static_cast<float>(kNormEps), "norm"), d[1]);
+    const std::vector<int32_t> targets = b.feed.inputs.at("targets");
+    auto loss = [&](const testing::GraphFeed& f) {
+      std::vector<double> y(d[0] * d[1]), mean(d[0]), rstd(d[0]);
+      ops::layernorm_fwd_ref(f.params.at("x").data(), f.params.at("gamma").data(), f.params.at("beta").data(),
+                             kNormEps, d[0], d[1], y.data(), mean.data(), rstd.data());
+      return testing::cross_entropy_mean_ref(y, targets, d[1]);
+    };
+    testing::expect_graph_gradients(b, loss, 16, std::max(d[0], d[1]));
+  };
+  return c;
+}
+
+// y = x + bias over [N, C]: the forward is one add (R = 1); dbias sums N rows (R = N), in double.
+OpCase bias_case() {
+  OpCase c{.name = "bias_add", .dims_doc = "N,C", .shapes = {{1, 1}, {3, 7}, {4, 33}, {9, 257}}, .bf16 = true};
+  c.reduction = [](const Dims& d) { return d[0]; };
+  c.f32_outputs = {"dbias"};
+  c.inputs = [](const Dims& d, DType dt, uint64_t s) {
+    Arrays a;
+    a.f["x"] = uniform(d[0] * d[1], s, dt);
+    a.f["bias"] = uniform(d[1], s + 1, DType::kF32);
+    a.f["dy"] = uniform(d[0] * d[1], s + 2, dt);
+    return a;
+  };
+  c.reference = [](const Dims& d, const Arrays& in) {
+    Arrays o;
+    o.f["y"].resize(d[0] * d[1]);
+    ops::bias_add_ref(at(in, "x").data(), at(in, "bias").data(), o.f["y"].data(), d[0], d[1]);
+    return o;
+  };
+  c.run = [](const Dims& d, DType dt, const Arrays& in) {
+    Buffers b;
+    const Tensor& y = b.make(Shape{d[0], d[1]}, dt);
+    ops::bias_add(b.from(at(in, "x"), Shape{d[0], d[1]}, dt), b.from(at(in, "bias"), Shape{d[1]}, DType::kF32), y);
+    return Arrays{.f = {{"y", to_vector(y)}}};
+  };
+  c.reference_backward = [](const Dims& d, const Arrays& in) {
+    Arrays o;
+    o.f["dbias"].assign(d[1], 0.0);
+    ops::bias_grad_ref(at(in, "dy").data(), o.f["dbias"].data(), d[0], d[1]);
+    return o;
+  };
+  c.run_backward = [](const Dims& d, DType dt, const Arrays& in) {
+    Buffers b;
+    const Tensor& dbias = b.zeros(Shape{d[1]}, DType::kF32);
+    ops::bias_grad(b.from(at(in, "dy"), Shape{d[0], d[1]}, dt), dbias);
+    return Arrays{.f = {{"dbias", to_vector(dbias)}}};
+  };
+  c.grad_inputs = {"bias"};
+  // x -> bias_add(x, bias) -> cross-entropy over the C columns.
+  c.graph_shapes = {{5, 7}, {3, 33}};
+  c.graph = [](const Dims& d) {
+    testing::OneNodeGraph b(d[0]);
+    graph::ValueId x = b.source("x", d[1]);
+    graph::ValueId bias = b.param("bias", Shape{d[1]});
+    b.loss(b.g.bias_add(x, bias, "bias"), d[1]);
+    const std::vector<int32_t> targets = b.feed.inputs.at("targets");
+    auto loss = [&](const testing::GraphFeed& f) {
+      std::vector<double> y(d[0] * d[1]);
+      ops::bias_add_ref(f.params.at("x").data(), f.params.at("bias").data(), y.data(), d[0], d[1]);
+      return testing::cross_entropy_mean_ref(y, targets, d[1]);
+    };
+    testing::expect_graph_gradients(b, loss, 16, std::max(d[0], d[1]));
+  };
+  return c;
 }
 
 // RoPE over [B, T, H, D] with random positions in a 64-row table. R = 1, k = 8: each output is
@@ -421,6 +494,20 @@ OpCase act_case(ops::Activation act) {
     return Arrays{.f = {{"dx", to_vector(dx)}}};
   };
   c.grad_inputs = {"x"};
+  // x -> activation(x) -> cross-entropy over the F columns.
+  c.graph_shapes = {{4, 9}};
+  c.graph = [act](const Dims& d) {
+    testing::OneNodeGraph b(d[0]);
+    graph::ValueId x = b.source("x", d[1], -4, 4);
+    b.loss(b.g.activation(static_cast<int>(act), x, "act", "mlpwi"), d[1]);
+    const std::vector<int32_t> targets = b.feed.inputs.at("targets");
+    auto loss = [&](const testing::GraphFeed& f) {
+      std::vector<double> y(d[0] * d[1]);
+      ops::act_fwd_ref(act, f.params.at("x").data(), y.data(), d[0] * d[1]);
+      return testing::cross_entropy_mean_ref(y, targets, d[1]);
+    };
+    testing::expect_graph_gradients(b, loss, 16, d[1]);
+  };
   return c;
 }
 
@@ -482,6 +569,7 @@ OpCase glu_case(ops::Activation act) {
 
 const testing::OpCaseRegistrar kRmsNorm(rmsnorm_case());
 const testing::OpCaseRegistrar kLayerNorm(layernorm_case());
+const testing::OpCaseRegistrar kBiasAdd(bias_case());
 const testing::OpCaseRegistrar kRopeHalf(rope_case(ops::RopeLayout::kRotateHalf, "rope_rotate_half"));
 const testing::OpCaseRegistrar kRopeInterleaved(rope_case(ops::RopeLayout::kInterleaved, "rope_interleaved"));
 const testing::OpCaseRegistrar kActSilu(act_case(ops::Activation::kSilu));

@@ -134,7 +134,19 @@ ValueId Graph::attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, c
 }
 
 ValueId Graph::glu(int act, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt) {
-  return add_op(OpKind::kGlu, {gate, up}, GluAttrs{.activation = act}, name, ckpt);
+  return add_op(OpKind::kGlu, {gate, up}, ActivationAttrs{.activation = act}, name, ckpt);
+}
+
+ValueId Graph::activation(int act, ValueId x, const std::string& name, const std::string& ckpt) {
+  return add_op(OpKind::kActivation, {x}, ActivationAttrs{.activation = act}, name, ckpt);
+}
+
+ValueId Graph::layer_norm(ValueId x, ValueId gamma, ValueId beta, float eps, const std::string& name) {
+  return add_op(OpKind::kLayerNorm, {x, gamma, beta}, NormAttrs{.eps = eps}, name);
+}
+
+ValueId Graph::bias_add(ValueId x, ValueId bias, const std::string& name) {
+  return add_op(OpKind::kBiasAdd, {x, bias}, std::monostate{}, name);
 }
 
 ValueId Graph::add(ValueId a, ValueId b, const std::string& name) {

@@ -106,6 +106,12 @@ enum class OpKind {
   kVocabCrossEntropy,  // in: logits [N,Vl], targets [N]        out: loss [N], lse [N], stats [2,N]
   // kVocabCrossEntropyBwd: in: logits, targets, lse, dloss       out: dlogits (aliases logits)
   kVocabCrossEntropyBwd,
+  kLayerNorm,          // in: x [N,C], gamma [C], beta [C]      out: y [N,C], mean [N], rstd [N]
+  kLayerNormBwd,       // in: dy, x, gamma, mean, rstd          out: dx, dgamma, dbeta (accumulated)
+  kBiasAdd,            // in: x [N,C], bias [C] (f32)           out: y = x + bias
+  kBiasGrad,           // in: dy [N,C]                          out: dbias (accumulated)
+  kActivation,         // in: x [N,F]                           out: y = act(x)
+  kActivationBwd,      // in: dy, x                             out: dx
   kAdamW,              // in: param grad m v [compute copy]     (updates in place)
   kSgd,                // in: param grad [compute copy]         (updates in place)
 };
@@ -128,7 +134,7 @@ struct AttentionAttrs {  // q [N, heads*D], k and v [N, kv_heads*D], as [B, T, h
   int batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t sliding_window = 0;  // 0: full causal
 };
-struct GluAttrs {
+struct ActivationAttrs {  // glu and activation
   int activation = 0;  // ops::Activation as int
 };
 // The vocab-parallel forms hold ids [vocab_offset, vocab_offset + rows) of the V in their shard.
@@ -140,7 +146,7 @@ struct CrossEntropyAttrs {
   float z_loss = 0.0f;
   int64_t vocab_offset = 0, vocab = 0;
 };
-using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, GluAttrs,
+using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
                                EmbeddingAttrs, CrossEntropyAttrs>;
 
 struct Node {
@@ -192,6 +198,12 @@ class Graph {
   ValueId attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
                     const std::string& name);
   ValueId glu(int activation, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt);
+  // y = act(x), the plain (non-gated) MLP's activation.
+  ValueId activation(int activation, ValueId x, const std::string& name, const std::string& ckpt);
+  // LayerNorm with a bias (beta) over the rows of x [N, C].
+  ValueId layer_norm(ValueId x, ValueId gamma, ValueId beta, float eps, const std::string& name);
+  // y = x + bias over the rows of x [N, C]; bias an f32 parameter [C].
+  ValueId bias_add(ValueId x, ValueId bias, const std::string& name);
   ValueId add(ValueId a, ValueId b, const std::string& name);
   // Returns the per-token loss [N]; the lse is the node's second output.
   ValueId cross_entropy(ValueId logits, ValueId targets, float z_loss, const std::string& name);

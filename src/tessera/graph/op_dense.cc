@@ -1,5 +1,6 @@
-// The dense op families of the op table (op_table.h): matmul, add, glu and rms_norm, each with its
-// shapes, sharding rule, backward rule, kernel call and FLOPs side by side.
+// The dense op families of the op table (op_table.h): matmul, add, bias_add, glu, activation,
+// rms_norm and layer_norm, each with its shapes, sharding rule, backward rule, kernel call and
+// FLOPs side by side.
 #include <fmt/format.h>
 
 #include "tessera/core/error.h"
@@ -131,7 +132,7 @@ void glu_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 }
 
 ops::Activation activation_of(const Node& n) {
-  return static_cast<ops::Activation>(n.attr<GluAttrs>().activation);
+  return static_cast<ops::Activation>(n.attr<ActivationAttrs>().activation);
 }
 
 void glu_run(const RunContext& c, const Node& n) {
@@ -168,6 +169,85 @@ void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma
   ops::rmsnorm_bwd(c.in(n, 1), c.in(n, 2), c.in(n, 3), c.in(n, 0), c.out(n, 0), c.out(n, 1));
 }
 
+// ---- layer_norm: y = (x - mean) * rstd * gamma + beta over each row; mean, rstd [N] kept ----------
+
+std::vector<OutputSpec> layer_norm_infer(const Graph& g, const Node& n) {
+  const Value& x = g.value(n.in[0]);
+  const Shape col{x.shape.rank() == 2 ? x.shape[1] : 0};
+  TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && g.value(n.in[1]).shape == col && g.value(n.in[2]).shape == col,
+                      "{}: norm of {} with scale {} and bias {}", n.name, x.shape.str(),
+                      g.value(n.in[1]).shape.str(), g.value(n.in[2]).shape.str());
+  return {{"", x.shape, x.dtype}, {".mean", Shape{x.shape[0]}, DType::kF32}, {".rstd", Shape{x.shape[0]}, DType::kF32}};
+}
+
+void layer_norm_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  const ValueId x = f.in[0];
+  TESSERA_ASSERT(gb.needs(x));
+  ValueId dx = gb.grad_value(x);
+  gb.add(gb.node(OpKind::kLayerNormBwd, {dy, x, f.in[1], f.out[1], f.out[2]},
+                 {dx, gb.param_grad(f.in[1]), gb.param_grad(f.in[2])}, ".bwd"));
+  gb.contribute(x, dx);
+}
+
+void layer_norm_run(const RunContext& c, const Node& n) {
+  ops::layernorm_fwd(c.in(n, 0), c.in(n, 1), c.in(n, 2), n.attr<NormAttrs>().eps, c.out(n, 0), c.out(n, 1),
+                     c.out(n, 2));
+}
+
+void layer_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, mean, rstd
+  ops::layernorm_bwd(c.in(n, 1), c.in(n, 2), c.in(n, 3), c.in(n, 4), c.in(n, 0), c.out(n, 0), c.out(n, 1),
+                     c.out(n, 2));
+}
+
+// ---- bias_add: y = x + bias over the rows; bias an f32 parameter [C] ------------------------------
+
+std::vector<OutputSpec> bias_add_infer(const Graph& g, const Node& n) {
+  const Value& x = g.value(n.in[0]);
+  const Value& b = g.value(n.in[1]);
+  TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && b.shape == Shape{x.shape[1]} && b.dtype == DType::kF32,
+                      "{}: bias {} {} for {}", n.name, dtype_name(b.dtype), b.shape.str(), x.shape.str());
+  return {{"", x.shape, x.dtype}};
+}
+
+// A column-parallel projection's bias is split like its columns; a whole one stays whole.
+void bias_add_shard(ShardBuilder& sb, Node n) {
+  const TensorShard xt = sb.shard(n.in[0]), bt = sb.shard(n.in[1]);
+  const bool whole = !xt.split() && !bt.split();
+  const bool alike = xt.dim == 1 && bt.dim == 0 && xt.offset == bt.offset && xt.global == bt.global;
+  TESSERA_CHECK(whole || alike, ErrorKind::kConfig,
+                "{}: {} and its bias {} are split differently over the tensor axis", n.name,
+                sb.graph().value(n.in[0]).name, sb.graph().value(n.in[1]).name);
+  sb.set_shard(n.out[0], xt);
+  sb.emit(std::move(n));
+}
+
+void bias_add_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  gb.contribute(f.in[0], dy);
+  if (gb.is_param(f.in[1])) gb.add(gb.node(OpKind::kBiasGrad, {dy}, {gb.param_grad(f.in[1])}, ".dbias"));
+}
+
+void bias_add_run(const RunContext& c, const Node& n) { ops::bias_add(c.in(n, 0), c.in(n, 1), c.out(n, 0)); }
+void bias_grad_run(const RunContext& c, const Node& n) { ops::bias_grad(c.in(n, 0), c.out(n, 0)); }
+
+// ---- activation: y = act(x) (the plain MLP) -------------------------------------------------------
+
+std::vector<OutputSpec> activation_infer(const Graph& g, const Node& n) {
+  const Value& x = g.value(n.in[0]);
+  return {{"", x.shape, x.dtype}};
+}
+
+void activation_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  ValueId dx = gb.grad_value(f.in[0]);
+  gb.add(gb.node(OpKind::kActivationBwd, {dy, f.in[0]}, {dx}, ".bwd"));
+  gb.contribute(f.in[0], dx);
+}
+
+void activation_run(const RunContext& c, const Node& n) { ops::act_fwd(activation_of(n), c.in(n, 0), c.out(n, 0)); }
+
+void activation_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x
+  ops::act_bwd(activation_of(n), c.in(n, 1), c.in(n, 0), c.out(n, 0));
+}
+
 }  // namespace
 
 std::vector<OpDef> dense_op_defs() {
@@ -182,6 +262,15 @@ std::vector<OpDef> dense_op_defs() {
       {.kind = OpKind::kRmsNorm, .name = "rms_norm", .infer = rms_norm_infer, .backward = rms_norm_backward,
        .run = rms_norm_run},
       {.kind = OpKind::kRmsNormBwd, .name = "rms_norm_bwd", .run = rms_norm_bwd_run},
+      {.kind = OpKind::kLayerNorm, .name = "layer_norm", .infer = layer_norm_infer,
+       .backward = layer_norm_backward, .run = layer_norm_run},
+      {.kind = OpKind::kLayerNormBwd, .name = "layer_norm_bwd", .run = layer_norm_bwd_run},
+      {.kind = OpKind::kBiasAdd, .name = "bias_add", .infer = bias_add_infer, .backward = bias_add_backward,
+       .shard = bias_add_shard, .run = bias_add_run},
+      {.kind = OpKind::kBiasGrad, .name = "bias_grad", .run = bias_grad_run},
+      {.kind = OpKind::kActivation, .name = "activation", .infer = activation_infer,
+       .backward = activation_backward, .shard = shard_like_inputs, .run = activation_run},
+      {.kind = OpKind::kActivationBwd, .name = "activation_bwd", .run = activation_bwd_run},
   };
 }
 

@@ -20,5 +20,12 @@ struct VectorKernels {
   void (*add_f32)(const float* a, const float* b, float* out, int64_t n);
   // out[i] = bf16(float(a[i]) + float(b[i])), rounded to nearest even
   void (*add_bf16)(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n);
+  // Bias rows: y[r, c] = x[r, c] + bias[c] over [rows, cols] (y may alias x); bias is f32.
+  void (*add_bias_f32)(const float* x, const float* bias, float* y, int64_t rows, int64_t cols);
+  void (*add_bias_bf16)(const uint16_t* x, const float* bias, uint16_t* y, int64_t rows, int64_t cols);
+  // Column sums: dbias[c] += sum_r dy[r, c], accumulated in double per column (threads split the
+  // columns, so the result does not depend on the thread count) and added to dbias in f32.
+  void (*bias_grad_f32)(const float* dy, float* dbias, int64_t rows, int64_t cols);
+  void (*bias_grad_bf16)(const uint16_t* dy, float* dbias, int64_t rows, int64_t cols);
 };
 }  // namespace tessera::backends
