@@ -20,7 +20,7 @@
 
 #include "dist_test_util.h"
 #include "tessera/graph/plan.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/train/trainer.h"
 
@@ -81,7 +81,7 @@ std::unique_ptr<graph::Plan> load_params(const fs::path& dir) {
                                 "per_device_batch_size=1"};
   Config cfg = load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", o);
   graph::Graph g;
-  models::build_llama(g, models::model_spec_from_config(cfg));
+  models::build_decoder(g, models::model_spec_from_config(cfg));
   auto plan = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{});
   checkpoint::restore_checkpoint(*plan, dir, checkpoint::RestoreKind::kFullState);
   return plan;

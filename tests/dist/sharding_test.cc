@@ -14,7 +14,7 @@
 #include "tessera/core/error.h"
 #include "tessera/graph/plan.h"
 #include "tessera/models/init.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 
 namespace tessera {
 namespace {
@@ -131,7 +131,7 @@ models::ModelSpec tiny_spec() {
 
 std::unique_ptr<graph::Plan> tiny_plan(const graph::PlanSharding& sh) {
   graph::Graph g;
-  models::build_llama(g, tiny_spec());
+  models::build_decoder(g, tiny_spec());
   graph::PlanOptions po;
   po.sharding = sh;
   return std::make_unique<graph::Plan>(std::move(g), po);

@@ -17,7 +17,7 @@
 #include "tessera/core/error.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/workspace.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera {
@@ -52,7 +52,7 @@ models::ModelSpec tiny_spec(int64_t seq = 4) {
 
 PlanSpec tiny_plan(const graph::PlanOptions& po = {}, int64_t seq = 4) {
   graph::Graph g;
-  models::build_llama(g, tiny_spec(seq));
+  models::build_decoder(g, tiny_spec(seq));
   return PlanSpec(std::move(g), po);
 }
 
@@ -291,7 +291,7 @@ TEST(PlanSpec, BuildingLlama3_8bAllocatesNothing) {
   const size_t rss0 = rss_bytes();
   const auto t0 = std::chrono::steady_clock::now();
   graph::Graph g;
-  models::build_llama(g, s);
+  models::build_decoder(g, s);
   const PlanSpec p(std::move(g), {.remat_policy = "full"});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t grown = rss_bytes() - std::min(rss0, rss_bytes());

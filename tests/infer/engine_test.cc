@@ -31,7 +31,7 @@
 #include "tessera/graph/executor.h"
 #include "tessera/infer/llama_engine.h"
 #include "tessera/models/init.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
 
@@ -82,7 +82,7 @@ class Reference {
     spec_.batch = 1;
     spec_.seq = T;
     graph::Graph g;
-    in_ = models::build_llama(g, spec_);
+    in_ = models::build_decoder(g, spec_);
     plan_ = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{.remat_policy = "none"});
     ops::RopeConfig rc;
     rc.max_timescale = spec_.rope_theta;

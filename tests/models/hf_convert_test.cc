@@ -35,7 +35,7 @@
 #include "tessera/graph/executor.h"
 #include "tessera/convert/hf_config.h"
 #include "tessera/convert/hf_llama.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
@@ -104,7 +104,7 @@ std::vector<double> tessera_logits(Config cfg, const fs::path& checkpoint, const
   cfg.dtype = "float32";
   const models::ModelSpec spec = models::model_spec_from_config(cfg);
   graph::Graph g;
-  const models::DecoderInputs in = models::build_llama(g, spec);
+  const models::DecoderInputs in = models::build_decoder(g, spec);
   graph::Plan plan(std::move(g), graph::PlanOptions{.remat_policy = "none"});
   ops::RopeConfig rc;
   rc.max_timescale = spec.rope_theta;

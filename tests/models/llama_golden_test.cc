@@ -22,7 +22,7 @@
 #include "tessera/graph/executor.h"
 #include "tessera/convert/hf_llama.h"
 #include "tessera/models/init.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 
 namespace tessera {
 namespace {
@@ -62,7 +62,7 @@ struct Model {
 
   Model(const Golden& g, DType dtype, const std::string& remat = "none") : spec(g.spec(dtype)) {
     graph::Graph gr;
-    in = models::build_llama(gr, spec);
+    in = models::build_decoder(gr, spec);
     plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = remat});
     ops::RopeConfig rc{.max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));

@@ -27,7 +27,7 @@
 #include "tessera/dist/mesh.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/init.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
@@ -212,7 +212,7 @@ void feed(const graph::Plan& plan, const models::DecoderInputs& in, const models
 RankRun train(const Case& c, int rank, TensorOnlyMesh* mesh) {
   const models::ModelSpec s = spec_for(c, mesh ? rank : -1);
   graph::Graph g;
-  const models::DecoderInputs in = models::build_llama(g, s);
+  const models::DecoderInputs in = models::build_decoder(g, s);
   graph::Plan plan(std::move(g), graph::PlanOptions{.remat_policy = c.remat, .optimizer = c.opt});
   ops::RopeConfig rc{.max_timescale = 10000, .head_dim = s.head_dim, .max_positions = s.seq};
   graph::Executor exec(plan, std::make_unique<ops::RopeTable>(rc), mesh);
@@ -388,7 +388,7 @@ TEST_F(LlamaTensorParallelPlan, RefusesSplitsThatDoNotDivide) {
   auto error = [](models::ModelSpec s) {
     graph::Graph g;
     try {
-      models::build_llama(g, s);
+      models::build_decoder(g, s);
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kConfig);
       return std::string(e.what());

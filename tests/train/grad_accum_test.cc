@@ -8,7 +8,7 @@
 #include "testing/op_test_util.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/init.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 
 namespace tessera {
 namespace {
@@ -34,7 +34,7 @@ struct TrainRun {
   std::unique_ptr<graph::Executor> exec;
   explicit TrainRun(int64_t batch) : spec(tiny(batch)) {
     graph::Graph g;
-    in = models::build_llama(g, spec);
+    in = models::build_decoder(g, spec);
     plan = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{.remat_policy = "full"});
     ops::RopeConfig rc{.max_timescale = 10000, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));

@@ -115,6 +115,8 @@ struct Config {
   std::vector<std::string> mlp_activations;
   double normalization_layer_epsilon;
   bool logits_via_embedding;
+  int64_t trainable_position_size;
+  bool attention_bias;
   std::string rope_type;
   int64_t rope_max_timescale;
   std::string attention_type;

@@ -134,6 +134,11 @@ void add_model_keys(std::vector<FieldSpec>& t) {
          "Epsilon of RMSNorm / LayerNorm.");
   g.boolean("logits_via_embedding", &Config::logits_via_embedding, "false",
             "Tie the output projection to the token embedding.");
+  g.integer("trainable_position_size", &Config::trainable_position_size, "-1", at_least(-1),
+            "Learned absolute position embeddings for this many positions (GPT-2/3); -1: none. Families "
+            "that use RoPE refuse it.");
+  g.boolean("attention_bias", &Config::attention_bias, "false",
+            "Biases on the query, key, value and output projections (the gpt3 block always has them).");
   g.choice("rope_type", &Config::rope_type, "default", {"default", "llama3.1", "yarn"}, {},
            "Rotary embedding variant: plain RoPE, Llama 3.1 frequency scaling, or YaRN.");
   g.integer("rope_max_timescale", &Config::rope_max_timescale, "10000", at_least(1),

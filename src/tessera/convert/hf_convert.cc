@@ -14,7 +14,7 @@
 #include "tessera/core/file.h"
 #include "tessera/graph/graph.h"
 #include "tessera/convert/hf_llama.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/models/model_spec.h"
 
@@ -93,7 +93,7 @@ ModelSpec spec_of(const Config& cfg) {
 // Tessera's parameters of `spec` (name -> shape), as the model builder declares them.
 std::map<std::string, Shape> model_params(const ModelSpec& spec) {
   graph::Graph g;
-  models::build_llama(g, spec);
+  models::build_decoder(g, spec);
   std::map<std::string, Shape> out;
   for (const graph::Value& v : g.values())
     if (v.kind == graph::ValueKind::kParam) out.emplace(v.name, v.shape);

@@ -15,6 +15,12 @@ namespace tessera::graph {
 
 namespace {
 
+// The ids as the kernels take them, [N] (positions arrive as [B, T]).
+Tensor ids_of(const RunContext& c, const Node& n) {
+  const Tensor& ids = c.in(n, 1);
+  return ids.reshape(Shape{ids.numel()});
+}
+
 ops::VocabShardRange range_of(const EmbeddingAttrs& a) { return {.offset = a.vocab_offset, .vocab = a.vocab}; }
 ops::VocabShardRange range_of(const CrossEntropyAttrs& a) { return {.offset = a.vocab_offset, .vocab = a.vocab}; }
 
@@ -53,10 +59,10 @@ void embedding_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.add(gb.node(OpKind::kEmbeddingBwd, {dy, f.in[1]}, {gb.param_grad(f.in[0])}, ".bwd"));
 }
 
-void embedding_run(const RunContext& c, const Node& n) { ops::embedding_forward(c.in(n, 0), c.in(n, 1), c.out(n, 0)); }
+void embedding_run(const RunContext& c, const Node& n) { ops::embedding_forward(c.in(n, 0), ids_of(c, n), c.out(n, 0)); }
 
 void embedding_bwd_run(const RunContext& c, const Node& n) {  // in: dx, ids; out: dtable (accumulated)
-  ops::embedding_backward(c.in(n, 0), c.in(n, 1), c.out(n, 0));
+  ops::embedding_backward(c.in(n, 0), ids_of(c, n), c.out(n, 0));
 }
 
 // dy is whole on every rank: each adds its own rows, no collective.
@@ -65,11 +71,11 @@ void vocab_embedding_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 }
 
 void vocab_embedding_run(const RunContext& c, const Node& n) {
-  ops::vocab_embedding_forward(c.in(n, 0), c.in(n, 1), range_of(n.attr<EmbeddingAttrs>()), c.out(n, 0));
+  ops::vocab_embedding_forward(c.in(n, 0), ids_of(c, n), range_of(n.attr<EmbeddingAttrs>()), c.out(n, 0));
 }
 
 void vocab_embedding_bwd_run(const RunContext& c, const Node& n) {
-  ops::vocab_embedding_backward(c.in(n, 0), c.in(n, 1), range_of(n.attr<EmbeddingAttrs>()), c.out(n, 0));
+  ops::vocab_embedding_backward(c.in(n, 0), ids_of(c, n), range_of(n.attr<EmbeddingAttrs>()), c.out(n, 0));
 }
 
 // ---- cross_entropy: in: logits [N, V], targets [N]; out: loss [N], lse [N] ------------------------

@@ -44,7 +44,7 @@
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/graph.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/attention.h"
 #include "tessera/ops/convert.h"
@@ -524,7 +524,7 @@ std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::
   one.batch = 1;
   one.seq = 1;
   graph::Graph g;
-  models::build_llama(g, one);
+  models::build_decoder(g, one);
   std::vector<std::pair<std::string, Shape>> out;
   for (graph::ValueId id : g.params()) out.emplace_back(g.value(id).name, g.value(id).shape);
   return out;

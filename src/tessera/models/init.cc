@@ -66,13 +66,14 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     float* w = plan.state(static_cast<graph::ValueId>(id)).ptr<float>();
     const int64_t n = piece.shape.numel();
     const uint64_t key = splitmix64(seed) ^ hash_name(v.name);
-    const bool is_norm = v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
+    const bool is_bias = v.name.ends_with(".bias");  // projection and LayerNorm biases start at zero
+    const bool is_norm = !is_bias && v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
     const auto kernel_std =
         static_cast<float>(1.0 / std::sqrt(static_cast<double>(piece.whole[0])) / 0.87962566103423978);
-    if (is_norm) {
-      std::fill(w, w + n, 1.0f);
+    if (is_norm || is_bias) {
+      std::fill(w, w + n, is_norm ? 1.0f : 0.0f);
       continue;
     }
     auto value = [&](uint64_t i, float z) { return is_embedding ? z : kernel_std * truncated(key, i, z); };

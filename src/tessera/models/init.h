@@ -1,5 +1,6 @@
 // Deterministic parameter initialisation from init_weights_seed, as MaxText initialises a decoder:
 //   norm scales                      1
+//   biases (projections, LayerNorm)  0
 //   token embedding                  normal(0, 1)                      (nn.initializers.normal(1.0))
 //   every kernel [fan_in, ...]       truncated normal (|z| < 2) with std 1 / sqrt(fan_in)
 //                                    (variance_scaling(1.0, "fan_in", "truncated_normal"))

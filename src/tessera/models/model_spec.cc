@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/models/decoder.h"
 
 namespace tessera::models {
 
@@ -29,11 +30,7 @@ ModelSpec model_spec_from_config(const Config& cfg) {
     fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
          cfg.sliding_window_size, cfg.attention_type);
   s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
-  if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
-    fail(ErrorKind::kConfig,
-         "mlp_activations: Tessera's Llama block is the gated form [<act>, linear]; got [{}]",
-         fmt::join(cfg.mlp_activations, ", "));
-  s.mlp_activation = cfg.mlp_activations[0];
+  family_for(cfg.decoder_block).configure(s, cfg);
   s.dtype = dtype_from_name(cfg.dtype);
   const double pdb = cfg.per_device_batch_size;
   if (pdb < 1 || std::floor(pdb) != pdb)

@@ -1,5 +1,7 @@
 // ModelSpec: the resolved dimensions and choices of a decoder, derived from the config once
-// (model_spec_from_config, below) and read by the model code. Names follow MaxText's derived keys.
+// (model_spec_from_config, below) and read by the shared blocks (blocks.h). Names follow MaxText's
+// derived keys. The dimensions are generic; the block options below them are set by the family
+// (decoder.h) from its own defaults and the config's keys.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,8 @@
 #include "tessera/core/dtype.h"
 
 namespace tessera::models {
+
+enum class NormKind { kRms, kLayer };  // RMSNorm, or LayerNorm with a bias
 
 struct ModelSpec {
   std::string decoder_block = "llama2";
@@ -25,7 +29,15 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   std::string rope_type = "default";  // "default" | "llama3.1"
   int64_t sliding_window = 0;
-  std::string mlp_activation = "silu";  // gate activation of the gated MLP
+  std::string mlp_activation = "silu";  // the MLP's activation (of the gate, when gated)
+
+  // Block options (blocks.h), set by the family.
+  NormKind norm = NormKind::kRms;
+  bool gated_mlp = true;                // act(x·Wi0) * (x·Wi1), else act(x·Wi)
+  bool attention_bias = false;          // biases on q, k, v and out
+  bool mlp_bias = false;                // biases on the MLP's projections
+  bool rope = true;                     // rotary positions on q and k
+  int64_t trainable_position_size = 0;  // learned absolute positions [P, E] added to the embedding (0: none)
   DType dtype = DType::kF32;            // compute dtype of activations and matmul inputs
   float z_loss = 0.0f;
 
@@ -40,6 +52,7 @@ struct ModelSpec {
   int64_t batch = 0;  // B: sequences per device per micro-step
   int64_t seq = 0;    // T: max_target_length
 
+  // Parameters of the whole model (every tensor-parallel slice), counted from the family's graph.
   int64_t num_params() const;
 };
 

@@ -185,7 +185,7 @@ void Trainer::build_plan() {
   spec_.batch = cfg_.micro_batch_size_to_train_on / readers;
 
   graph::Graph g;
-  inputs_ = models::build_llama(g, spec_);
+  inputs_ = models::build_decoder(g, spec_);
   graph::PlanOptions po;
   po.remat_policy = cfg_.remat_policy;
   po.optimizer = cfg_.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;

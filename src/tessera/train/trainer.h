@@ -33,7 +33,7 @@
 #include "tessera/data/iterator.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/graph/executor.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/metrics_writer.h"
 #include "tessera/backends/backend.h"

@@ -1,0 +1,108 @@
+// The shared blocks (blocks.h).
+#include "tessera/models/blocks.h"
+
+#include "tessera/core/error.h"
+#include "tessera/ops/activation.h"
+
+namespace tessera::models {
+
+using graph::ValueId;
+
+Blocks::Blocks(graph::Graph& g, const ModelSpec& s) : g_(g), s_(s) {
+  const int64_t N = s.batch * s.seq;
+  in_.tokens = g.input("inputs", Shape{N}, DType::kI32);
+  in_.targets = g.input("targets", Shape{N}, DType::kI32);
+  in_.positions = g.input("inputs_position", Shape{s.batch, s.seq}, DType::kI32);
+  in_.segment_ids = g.input("inputs_segmentation", Shape{s.batch, s.seq}, DType::kI32);
+}
+
+ValueId Blocks::w(ValueId param) { return g_.compute_view(param, s_.dtype); }
+
+ValueId Blocks::norm(ValueId x, const std::string& name) {
+  ValueId gamma = g_.param(name + ".scale", Shape{s_.emb_dim}, {"norm"}, /*weight_decay=*/false);
+  const auto eps = static_cast<float>(s_.norm_eps);
+  if (s_.norm == NormKind::kRms) return g_.rms_norm(x, gamma, eps, name);
+  ValueId beta = g_.param(name + ".bias", Shape{s_.emb_dim}, {"norm"}, /*weight_decay=*/false);
+  return g_.layer_norm(x, gamma, beta, eps, name);
+}
+
+Blocks::Dense Blocks::dense(int64_t in, int64_t out, const std::string& in_axis, const std::string& out_axis,
+                           const std::string& name, bool bias) {
+  Dense d{.name = name, .kernel = g_.param(name + ".kernel", Shape{in, out}, {in_axis, out_axis})};
+  if (bias) d.bias = g_.param(name + ".bias", Shape{out}, {out_axis}, /*weight_decay=*/false);
+  return d;
+}
+
+ValueId Blocks::apply(const Dense& d, ValueId x, const std::string& ckpt) {
+  if (d.bias == graph::kNoValue) return g_.matmul(x, w(d.kernel), d.name, ckpt);
+  ValueId y = g_.matmul(x, w(d.kernel), d.name + ".matmul");
+  ValueId yb = g_.bias_add(y, d.bias, d.name);
+  g_.nodes().back().ckpt_name = ckpt;  // the remat name goes on the projection's final value
+  return yb;
+}
+
+// The parameters first, in MaxText's order (query, key, value, out), then the computation.
+ValueId Blocks::attention(ValueId x, const std::string& p) {
+  const int64_t E = s_.emb_dim, H = s_.num_query_heads, K = s_.num_kv_heads, D = s_.head_dim;
+  const bool b = s_.attention_bias;
+  const Dense wq = dense(E, H * D, "embed", "q_heads", p + "query", b);
+  const Dense wk = dense(E, K * D, "embed", "kv_heads", p + "key", b);
+  const Dense wv = dense(E, K * D, "embed", "kv_heads", p + "value", b);
+  const Dense wo = dense(H * D, E, "heads", "embed", p + "out", b);
+  ValueId q = apply(wq, x, "query_proj");  // [N, H*D]
+  ValueId k = apply(wk, x, "key_proj");    // [N, K*D]
+  ValueId v = apply(wv, x, "value_proj");  // [N, K*D]
+  const int B = static_cast<int>(s_.batch), T = static_cast<int>(s_.seq);
+  if (s_.rope) {
+    q = g_.rope(q, in_.positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope");
+    k = g_.rope(k, in_.positions, B, T, static_cast<int>(K), static_cast<int>(D), p + "key_rope");
+  }
+  const graph::AttentionAttrs a{.batch = B, .seq = T, .heads = static_cast<int>(H), .kv_heads = static_cast<int>(K),
+                                .head_dim = static_cast<int>(D), .sliding_window = s_.sliding_window};
+  ValueId o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention");  // [N, H*D]
+  return apply(wo, o, "out_proj");                                         // [N, E]
+}
+
+ValueId Blocks::mlp(ValueId x, const std::string& p) {
+  const int64_t E = s_.emb_dim, F = s_.mlp_dim;
+  const int act = static_cast<int>(ops::activation_from_name(s_.mlp_activation));
+  const bool b = s_.mlp_bias;
+  if (s_.gated_mlp) {
+    const Dense wi0 = dense(E, F, "embed", "mlp", p + "wi_0", b);
+    const Dense wi1 = dense(E, F, "embed", "mlp", p + "wi_1", b);
+    const Dense wo = dense(F, E, "mlp", "embed", p + "wo", b);
+    ValueId gate = apply(wi0, x, "mlpwi_0");  // [N, F]
+    ValueId up = apply(wi1, x, "mlpwi_1");    // [N, F]
+    return apply(wo, g_.glu(act, gate, up, p + "glu", "mlp_act"), "mlpwo");  // [N, E]
+  }
+  const Dense wi = dense(E, F, "embed", "mlp", p + "wi", b);
+  const Dense wo = dense(F, E, "mlp", "embed", p + "wo", b);
+  ValueId h = g_.activation(act, apply(wi, x, "mlpwi"), p + "act", "mlp_act");  // [N, F]
+  return apply(wo, h, "mlpwo");                                                 // [N, E]
+}
+
+ValueId Blocks::embed() {
+  embedding_ = g_.param("token_embedder.embedding", Shape{s_.vocab_size, s_.emb_dim}, {"vocab", "embed"});
+  ValueId x = g_.embedding(embedding_, in_.tokens, s_.dtype, "decoder.embed");  // [N, E]
+  if (s_.trainable_position_size <= 0) return x;
+  TESSERA_CHECK(s_.seq <= s_.trainable_position_size, ErrorKind::kConfig,
+                "max_target_length={} is longer than trainable_position_size={}, the learned positions", s_.seq,
+                s_.trainable_position_size);
+  ValueId pos = g_.param("decoder.position_embedder.embedding", Shape{s_.trainable_position_size, s_.emb_dim},
+                         {"vocab_position", "embed"});
+  return g_.add(x, g_.embedding(pos, in_.positions, s_.dtype, "decoder.position_embed"), "decoder.embed_sum");
+}
+
+void Blocks::logits_and_loss(ValueId x) {
+  TESSERA_ASSERT(embedding_ != graph::kNoValue);
+  ValueId logits;
+  if (s_.logits_via_embedding) {
+    logits = g_.matmul(x, w(embedding_), "decoder.logits", "", /*trans_b=*/true);  // [N, V]
+  } else {
+    ValueId wu = g_.param("decoder.logits_dense.kernel", Shape{s_.emb_dim, s_.vocab_size}, {"embed", "vocab"});
+    logits = g_.matmul(x, w(wu), "decoder.logits");  // [N, V]
+  }
+  g_.set_loss(g_.cross_entropy(logits, in_.targets, s_.z_loss, "loss"));
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,61 @@
+// The shared blocks every family composes (MaxText's layers/): norms, dense projections with
+// optional biases, attention, gated and plain MLPs, embeddings and the output projection. A family
+// (llama.cc, gpt3.cc, ...) is a short decoder loop over these, its options in ModelSpec. Shapes
+// (STYLE.md 4): N = B*T tokens, E emb_dim, H query heads, K kv heads, D head_dim, F mlp_dim,
+// V vocab_size. Parameters are stored [in, out] with MaxText's logical axis names, so tensor
+// parallelism and FSDP follow logical_axis_rules (graph/sharding.h) without code here.
+#pragma once
+
+#include <string>
+
+#include "tessera/graph/graph.h"
+#include "tessera/models/model_spec.h"
+
+namespace tessera::models {
+
+struct DecoderInputs {
+  graph::ValueId tokens, targets, positions, segment_ids;
+};
+
+class Blocks {
+ public:
+  Blocks(graph::Graph& g, const ModelSpec& s);
+  graph::Graph& graph() { return g_; }
+  const ModelSpec& spec() const { return s_; }
+  // The batch inputs: tokens, targets [N]; positions, segment ids [B, T] (int32).
+  const DecoderInputs& inputs() const { return in_; }
+
+  // The matmul operand of a parameter: its compute-dtype copy (the f32 master in f32).
+  graph::ValueId w(graph::ValueId param);
+
+  // The spec's norm (RMSNorm, or LayerNorm with a bias) of x [N, E]; `name` + ".scale" / ".bias".
+  graph::ValueId norm(graph::ValueId x, const std::string& name);
+  // A projection's parameters, W [in, out] and (when `bias`) b [out]: `name` + ".kernel" / ".bias".
+  struct Dense {
+    std::string name;
+    graph::ValueId kernel = graph::kNoValue, bias = graph::kNoValue;
+  };
+  Dense dense(int64_t in, int64_t out, const std::string& in_axis, const std::string& out_axis,
+              const std::string& name, bool bias);
+  // x [N, in] · W (+ b); `ckpt` names the result for the remat policies.
+  graph::ValueId apply(const Dense& d, graph::ValueId x, const std::string& ckpt);
+  // Causal self-attention of x [N, E] -> [N, E]: q/k/v/out projections (biases when
+  // spec.attention_bias), RoPE when spec.rope, GQA, the spec's sliding window. `p` ends with '.'.
+  graph::ValueId attention(graph::ValueId x, const std::string& p);
+  // x [N, E] -> [N, E]: gated act(x·Wi0) * (x·Wi1) · Wo when spec.gated_mlp, else act(x·Wi + bi)·Wo + bo
+  // (biases when spec.mlp_bias).
+  graph::ValueId mlp(graph::ValueId x, const std::string& p);
+  // The token embedding [V, E] looked up by the tokens (plus the learned positions [P, E] when
+  // spec.trainable_position_size > 0) -> [N, E] in the compute dtype.
+  graph::ValueId embed();
+  // The final projection x [N, E] -> logits [N, V] (through the embedding when tied), and the loss.
+  void logits_and_loss(graph::ValueId x);
+
+ private:
+  graph::Graph& g_;
+  const ModelSpec& s_;
+  DecoderInputs in_{};
+  graph::ValueId embedding_ = graph::kNoValue;
+};
+
+}  // namespace tessera::models

@@ -1,0 +1,65 @@
+// Every family's presets build their graph with the published shapes and the published parameter
+// count (MaxText's model_name presets; counts from the papers and the released checkpoints).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tessera/config/config.h"
+#include "tessera/core/error.h"
+#include "tessera/models/decoder.h"
+
+namespace tessera {
+namespace {
+
+struct Preset {
+  const char* model_name;
+  double published;  // parameters
+  double tolerance;  // relative
+};
+
+int64_t params_of(const std::string& model_name) {
+  const std::vector<std::string> o = {"model_name=" + model_name, "run_name=presets", "per_device_batch_size=1",
+                                      "max_target_length=16"};
+  return models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o))
+      .num_params();
+}
+
+TEST(Presets, ParameterCountsMatchThePublishedOnes) {
+  const Preset presets[] = {
+      // OpenAI's GPT-2 checkpoints, counted exactly (tied embedding, 1024 positions).
+      {"gpt2-124m", 124'439'808, 0},
+      {"gpt2-355m", 354'823'168, 0},
+      {"gpt2-774m", 774'030'080, 0},
+      {"gpt2-1.5b", 1'557'611'200, 0},
+      // Brown et al. 2020, table 2.1 (rounded to two digits there).
+      {"gpt3-6b", 6.7e9, 0.01},
+      {"gpt3-175b", 175.0e9, 0.005},
+      // Meta's Llama releases.
+      {"llama2-7b", 6'738'415'616, 0},
+      {"llama3-8b", 8'030'261'248, 0},
+  };
+  for (const Preset& p : presets) {
+    SCOPED_TRACE(p.model_name);
+    const double n = static_cast<double>(params_of(p.model_name));
+    EXPECT_LE(std::abs(n - p.published), p.tolerance * p.published) << n;
+  }
+}
+
+TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
+  const std::vector<std::string> o = {"model_name=llama-test", "run_name=presets", "decoder_block=gemma2",
+                                      "override_model_config=true"};
+  try {
+    models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
+                                         "mistral, default, gpt3)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera
