@@ -36,6 +36,15 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       // Brown et al. 2020, table 2.1 (rounded to two digits there).
       {"gpt3-6b", 6.7e9, 0.01},
       {"gpt3-175b", 175.0e9, 0.005},
+      // Qwen's model cards (two or three digits, truncated: within one unit of the last one).
+      {"qwen2.5-1.5b", 1.54e9, 0.01 / 1.54},
+      {"qwen2.5-7b", 7.61e9, 0.01 / 7.61},
+      {"qwen3-0.6b", 0.6e9, 0.1 / 0.6},
+      {"qwen3-1.7b", 1.7e9, 0.1 / 1.7},
+      {"qwen3-4b", 4.0e9, 0.1 / 4.0},
+      {"qwen3-8b", 8.2e9, 0.1 / 8.2},
+      {"qwen3-14b", 14.8e9, 0.1 / 14.8},
+      {"qwen3-32b", 32.8e9, 0.1 / 32.8},
       // Meta's Llama releases.
       {"llama2-7b", 6'738'415'616, 0},
       {"llama3-8b", 8'030'261'248, 0},
@@ -55,7 +64,7 @@ TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
-                                         "mistral, default, gpt3)"),
+                                         "mistral, default, gpt3, qwen2, qwen3)"),
               std::string::npos)
         << e.what();
   }

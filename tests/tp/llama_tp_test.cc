@@ -165,7 +165,7 @@ models::ModelSpec spec_for(const Case& c, int rank) {
     s.norm = models::NormKind::kLayer;
     s.gated_mlp = false;
     s.mlp_activation = "gelu";
-    s.attention_bias = s.mlp_bias = true;
+    s.attention_bias = s.attention_out_bias = s.mlp_bias = true;
     s.rope = false;
     s.trainable_position_size = s.seq;
   }

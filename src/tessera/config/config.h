@@ -117,6 +117,7 @@ struct Config {
   bool logits_via_embedding;
   int64_t trainable_position_size;
   bool attention_bias;
+  bool use_qk_norm;
   std::string rope_type;
   int64_t rope_max_timescale;
   std::string attention_type;

@@ -138,7 +138,10 @@ void add_model_keys(std::vector<FieldSpec>& t) {
             "Learned absolute position embeddings for this many positions (GPT-2/3); -1: none. Families "
             "that use RoPE refuse it.");
   g.boolean("attention_bias", &Config::attention_bias, "false",
-            "Biases on the query, key, value and output projections (the gpt3 block always has them).");
+            "Biases on the query, key and value projections (qwen2 and gpt3 always have them; gpt3 also on "
+            "the output projection).");
+  g.boolean("use_qk_norm", &Config::use_qk_norm, "false",
+            "RMSNorm over each head of the queries and keys before RoPE (qwen3 always has it).");
   g.choice("rope_type", &Config::rope_type, "default", {"default", "llama3.1", "yarn"}, {},
            "Rotary embedding variant: plain RoPE, Llama 3.1 frequency scaling, or YaRN.");
   g.integer("rope_max_timescale", &Config::rope_max_timescale, "10000", at_least(1),

@@ -112,8 +112,8 @@ ValueId Graph::embedding(ValueId table, ValueId ids, DType out_dtype, const std:
   return add_op(OpKind::kEmbedding, {table, ids}, EmbeddingAttrs{.dtype = out_dtype}, name);
 }
 
-ValueId Graph::rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name) {
-  return add_op(OpKind::kRmsNorm, {x, gamma}, NormAttrs{.eps = eps}, name);
+ValueId Graph::rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group) {
+  return add_op(OpKind::kRmsNorm, {x, gamma}, NormAttrs{.eps = eps, .group = group}, name);
 }
 
 ValueId Graph::matmul(ValueId a, ValueId b, const std::string& name, const std::string& ckpt, bool trans_b) {

@@ -126,6 +126,7 @@ struct MatmulAttrs {  // c = op(a)·op(b) (+= c when accumulate)
 };
 struct NormAttrs {
   float eps = 0.0f;
+  int64_t group = 0;  // rms_norm: > 0 normalises each run of `group` columns (per-head QK-norm)
 };
 struct RopeAttrs {  // x [N, heads*D] seen as [B, T, heads, D]
   int batch = 0, seq = 0, heads = 0, head_dim = 0;
@@ -190,7 +191,9 @@ class Graph {
 
   // --- forward ops; each returns its main output. `ckpt` is MaxText's checkpoint name.
   ValueId embedding(ValueId table, ValueId ids, DType out_dtype, const std::string& name);
-  ValueId rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name);
+  // RMSNorm over each row of x [N, C], or with `group` > 0 over each run of `group` columns (a
+  // head's D: QK-norm), gamma [C] or [group].
+  ValueId rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group = 0);
   ValueId matmul(ValueId a, ValueId b, const std::string& name, const std::string& ckpt = "",
                  bool trans_b = false);
   ValueId rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,

@@ -144,13 +144,34 @@ void glu_bwd_run(const RunContext& c, const Node& n) {  // in: dy, gate, up
 }
 
 // ---- rms_norm: y = x / rms(x) * gamma over each row; rstd [N] kept for the backward --------------
+// With group G > 0 the rows are runs of G columns (x [N, C] seen as [N*C/G, G], gamma [G], rstd
+// [N*C/G]): QK-norm over each head's D.
+
+int64_t norm_width(const Node& n, const Shape& x) {
+  const int64_t g = n.attr<NormAttrs>().group;
+  return g > 0 ? g : x[1];
+}
 
 std::vector<OutputSpec> rms_norm_infer(const Graph& g, const Node& n) {
   const Value& x = g.value(n.in[0]);
   const Value& gamma = g.value(n.in[1]);
-  TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && gamma.shape == Shape{x.shape[1]}, "{}: norm of {} with scale {}",
-                      n.name, x.shape.str(), gamma.shape.str());
-  return {{"", x.shape, x.dtype}, {".rstd", Shape{x.shape[0]}, DType::kF32}};
+  TESSERA_CHECK_SHAPE(x.shape.rank() == 2, "{}: norm of {}: want [N, C]", n.name, x.shape.str());
+  const int64_t w = norm_width(n, x.shape);
+  TESSERA_CHECK_SHAPE(x.shape[1] % w == 0 && gamma.shape == Shape{w}, "{}: norm of {} in groups of {} with scale {}",
+                      n.name, x.shape.str(), w, gamma.shape.str());
+  return {{"", x.shape, x.dtype}, {".rstd", Shape{x.shape[0] * (x.shape[1] / w)}, DType::kF32}};
+}
+
+// A grouped norm (per head) runs on whatever heads this rank holds; a whole-row norm needs the
+// whole row.
+void rms_norm_shard(ShardBuilder& sb, Node n) {
+  const TensorShard xt = sb.shard(n.in[0]);
+  const int64_t group = n.attr<NormAttrs>().group;
+  if (!xt.split() || group <= 0) return shard_whole(sb, std::move(n));
+  TESSERA_CHECK(xt.dim == 1 && xt.offset % group == 0 && !sb.shard(n.in[1]).split(), ErrorKind::kConfig,
+                "{}: a per-head norm needs whole heads on each tensor rank", n.name);
+  sb.set_shard(n.out[0], xt);
+  sb.emit(std::move(n));
 }
 
 void rms_norm_backward(GradBuilder& gb, const Node& f, ValueId dy) {
@@ -161,12 +182,19 @@ void rms_norm_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.contribute(x, dx);
 }
 
+// x as the kernels see it: rows of the norm's width.
+Tensor rows_of(const Tensor& t, const Node& n) {
+  const int64_t w = norm_width(n, t.shape());
+  return t.reshape(Shape{t.numel() / w, w});
+}
+
 void rms_norm_run(const RunContext& c, const Node& n) {
-  ops::rmsnorm_fwd(c.in(n, 0), c.in(n, 1), n.attr<NormAttrs>().eps, c.out(n, 0), c.out(n, 1));
+  ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), n.attr<NormAttrs>().eps, rows_of(c.out(n, 0), n), c.out(n, 1));
 }
 
 void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, rstd
-  ops::rmsnorm_bwd(c.in(n, 1), c.in(n, 2), c.in(n, 3), c.in(n, 0), c.out(n, 0), c.out(n, 1));
+  ops::rmsnorm_bwd(rows_of(c.in(n, 1), n), c.in(n, 2), c.in(n, 3), rows_of(c.in(n, 0), n), rows_of(c.out(n, 0), n),
+                   c.out(n, 1));
 }
 
 // ---- layer_norm: y = (x - mean) * rstd * gamma + beta over each row; mean, rstd [N] kept ----------
@@ -260,7 +288,7 @@ std::vector<OpDef> dense_op_defs() {
        .shard = shard_like_inputs, .run = glu_run},
       {.kind = OpKind::kGluBwd, .name = "glu_bwd", .run = glu_bwd_run},
       {.kind = OpKind::kRmsNorm, .name = "rms_norm", .infer = rms_norm_infer, .backward = rms_norm_backward,
-       .run = rms_norm_run},
+       .shard = rms_norm_shard, .run = rms_norm_run},
       {.kind = OpKind::kRmsNormBwd, .name = "rms_norm_bwd", .run = rms_norm_bwd_run},
       {.kind = OpKind::kLayerNorm, .name = "layer_norm", .infer = layer_norm_infer,
        .backward = layer_norm_backward, .run = layer_norm_run},

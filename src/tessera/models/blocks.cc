@@ -48,10 +48,17 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
   const Dense wq = dense(E, H * D, "embed", "q_heads", p + "query", b);
   const Dense wk = dense(E, K * D, "embed", "kv_heads", p + "key", b);
   const Dense wv = dense(E, K * D, "embed", "kv_heads", p + "value", b);
-  const Dense wo = dense(H * D, E, "heads", "embed", p + "out", b);
+  const Dense wo = dense(H * D, E, "heads", "embed", p + "out", s_.attention_out_bias);
   ValueId q = apply(wq, x, "query_proj");  // [N, H*D]
   ValueId k = apply(wk, x, "key_proj");    // [N, K*D]
   ValueId v = apply(wv, x, "value_proj");  // [N, K*D]
+  if (s_.qk_norm) {  // per head over D, scales [D] shared by the heads
+    const auto eps = static_cast<float>(s_.norm_eps);
+    ValueId gq = g_.param(p + "query_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
+    ValueId gk = g_.param(p + "key_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
+    q = g_.rms_norm(q, gq, eps, p + "query_norm", D);
+    k = g_.rms_norm(k, gk, eps, p + "key_norm", D);
+  }
   const int B = static_cast<int>(s_.batch), T = static_cast<int>(s_.seq);
   if (s_.rope) {
     q = g_.rope(q, in_.positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope");

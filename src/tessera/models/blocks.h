@@ -40,7 +40,8 @@ class Blocks {
   // x [N, in] · W (+ b); `ckpt` names the result for the remat policies.
   graph::ValueId apply(const Dense& d, graph::ValueId x, const std::string& ckpt);
   // Causal self-attention of x [N, E] -> [N, E]: q/k/v/out projections (biases when
-  // spec.attention_bias), RoPE when spec.rope, GQA, the spec's sliding window. `p` ends with '.'.
+  // spec.attention_bias / attention_out_bias), QK-norm when spec.qk_norm, RoPE when spec.rope,
+  // GQA, the spec's sliding window. `p` ends with '.'.
   graph::ValueId attention(graph::ValueId x, const std::string& p);
   // x [N, E] -> [N, E]: gated act(x·Wi0) * (x·Wi1) · Wo when spec.gated_mlp, else act(x·Wi + bi)·Wo + bo
   // (biases when spec.mlp_bias).

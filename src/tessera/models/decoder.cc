@@ -42,7 +42,7 @@ void record_tensor_parallel(graph::Graph& g, const ModelSpec& s) {
 }  // namespace
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> all = {&kLlamaFamily, &kGpt3Family};
+  static const std::vector<const Family*> all = {&kLlamaFamily, &kGpt3Family, &kQwenFamily};
   return all;
 }
 

@@ -9,5 +9,10 @@ using graph::ValueId;
 
 extern const Family kLlamaFamily;  // llama.cc
 extern const Family kGpt3Family;   // gpt3.cc
+extern const Family kQwenFamily;   // qwen.cc
+
+// Llama's options and decoder loop, which Qwen shares (llama.cc).
+void configure_llama_like(ModelSpec& s, const Config& cfg);
+DecoderInputs build_llama_like(graph::Graph& g, const ModelSpec& s);
 
 }  // namespace tessera::models

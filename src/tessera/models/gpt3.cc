@@ -28,7 +28,7 @@ void configure_gpt3(ModelSpec& s, const Config& cfg) {
   s.norm = NormKind::kLayer;
   s.gated_mlp = false;
   s.rope = false;
-  s.attention_bias = true;
+  s.attention_bias = s.attention_out_bias = true;
   s.mlp_bias = true;
   s.trainable_position_size = cfg.trainable_position_size;
 }

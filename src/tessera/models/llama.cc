@@ -15,9 +15,8 @@
 
 namespace tessera::models {
 
-namespace {
-
-void configure_llama(ModelSpec& s, const Config& cfg) {
+// Llama's options, which Qwen shares (qwen.cc).
+void configure_llama_like(ModelSpec& s, const Config& cfg) {
   if (cfg.mlp_activations.size() != 2 || cfg.mlp_activations[1] != "linear")
     fail(ErrorKind::kConfig, "mlp_activations: the {} block is the gated form [<act>, linear]; got [{}]",
          cfg.decoder_block, fmt::join(cfg.mlp_activations, ", "));
@@ -29,9 +28,10 @@ void configure_llama(ModelSpec& s, const Config& cfg) {
   s.gated_mlp = true;
   s.rope = true;
   s.attention_bias = cfg.attention_bias;
+  s.qk_norm = cfg.use_qk_norm;
 }
 
-DecoderInputs build_llama(graph::Graph& g, const ModelSpec& s) {
+DecoderInputs build_llama_like(graph::Graph& g, const ModelSpec& s) {
   Blocks b(g, s);
   ValueId x = b.embed();  // [N, E]
   for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
@@ -47,11 +47,9 @@ DecoderInputs build_llama(graph::Graph& g, const ModelSpec& s) {
   return b.inputs();
 }
 
-}  // namespace
-
 const Family kLlamaFamily{.name = "llama",
                           .blocks = {"llama2", "mistral", "default"},
-                          .configure = configure_llama,
-                          .build = build_llama};
+                          .configure = configure_llama_like,
+                          .build = build_llama_like};
 
 }  // namespace tessera::models

@@ -34,7 +34,9 @@ struct ModelSpec {
   // Block options (blocks.h), set by the family.
   NormKind norm = NormKind::kRms;
   bool gated_mlp = true;                // act(x·Wi0) * (x·Wi1), else act(x·Wi)
-  bool attention_bias = false;          // biases on q, k, v and out
+  bool attention_bias = false;          // biases on q, k and v
+  bool attention_out_bias = false;      // a bias on the attention's output projection
+  bool qk_norm = false;                 // RMSNorm over each head's D of q and k, before RoPE
   bool mlp_bias = false;                // biases on the MLP's projections
   bool rope = true;                     // rotary positions on q and k
   int64_t trainable_position_size = 0;  // learned absolute positions [P, E] added to the embedding (0: none)
