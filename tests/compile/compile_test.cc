@@ -260,3 +260,25 @@ TEST(PlanFileCli, TrainChecksThePlanCompileWrote) {
 
 }  // namespace
 }  // namespace tessera::compile
+
+namespace tessera::compile {
+namespace {
+
+// MaxText's README example as written there: a 16B model (global_parameter_scale=16) on two v5e
+// pods of 256 chips, planned on every rank class and compared with a chip's 16 GiB.
+TEST(Compile, MaxTextReadmeExample) {
+  const Topology t = resolve_topology(catalogue(), "v5e-256", 2, nullptr);
+  const std::vector<std::string> keys = {"compile_topology=v5e-256", "compile_topology_num_slices=2",
+                                         "global_parameter_scale=16", "per_device_batch_size=4"};
+  const Config cfg = load_config(base_config(), keys, {t.num_devices(), t.num_slices});
+  EXPECT_EQ(cfg.num_devices, 512);
+  EXPECT_EQ(cfg.emb_dim, 4096);
+  const CompiledRun run = compile_run(cfg, t);
+  EXPECT_NEAR(static_cast<double>(run.classes.at(0).model.num_params()) / 1e9, 15.8, 0.1);
+  EXPECT_EQ(run.corners_planned, 4);  // data 2 (dcn) x fsdp 256 (ici)
+  EXPECT_EQ(run.verdict.usable, 16 * kGiB);
+  EXPECT_GT(run.verdict.needed, 10 * kGiB);  // about 16.5 GiB: the FSDP layer buffers dominate
+}
+
+}  // namespace
+}  // namespace tessera::compile
