@@ -20,7 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-fs::path base_config() { return fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml"; }
+fs::path base_config() {
+  return fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml";
+}
 
 const Catalogue& catalogue() {
   static const Catalogue c = load_catalogue(default_catalogue_path());
@@ -29,7 +31,8 @@ const Catalogue& catalogue() {
 
 std::vector<std::string> small(std::vector<std::string> more = {}) {
   std::vector<std::string> o;
-  for (std::string d : {"model_name=llama-test", "per_device_batch_size=2", "max_target_length=32", "ici_fsdp_parallelism=1"}) {
+  for (std::string d : {"model_name=llama-test", "per_device_batch_size=2", "max_target_length=32",
+                        "ici_fsdp_parallelism=1"}) {
     const std::string key = d.substr(0, d.find('=') + 1);
     bool given = false;
     for (const std::string& m : more) given = given || m.rfind(key, 0) == 0;
@@ -61,13 +64,18 @@ TEST(Compile, VerdictComparesTheLargestRankWithTheDevice) {
 TEST(Compile, ExitStatusSaysWhetherItFits) {
   const std::string bin = testing::tessera_binary().string(), cfg = base_config().string();
   if (!fs::is_regular_file(bin)) GTEST_SKIP() << "no tessera binary at " << bin;
-  auto run = [&](const std::string& args) { return testing::run_command(bin + " compile " + cfg + " " + args, 120); };
-  testing::CommandResult ok = run("model_name=llama-test compile_topology=h100-80gb-1 per_device_batch_size=2");
+  auto run = [&](const std::string& args) {
+    return testing::run_command(bin + " compile " + cfg + " " + args, 120);
+  };
+  testing::CommandResult ok =
+      run("model_name=llama-test compile_topology=h100-80gb-1 per_device_batch_size=2");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
-  for (const char* want : {"verdict: fits", "parameters", "gradients", "optimizer state", "activations (remat full)",
-                           "collective buffers", "other", "estimated step time", "estimated MFU", "assumptions:"})
+  for (const char* want :
+       {"verdict: fits", "parameters", "gradients", "optimizer state", "activations (remat full)",
+        "collective buffers", "other", "estimated step time", "estimated MFU", "assumptions:"})
     EXPECT_NE(ok.output.find(want), std::string::npos) << want << " in\n" << ok.output;
-  testing::CommandResult oom = run("model_name=llama2-7b compile_topology=a100-40gb-1 per_device_batch_size=1");
+  testing::CommandResult oom =
+      run("model_name=llama2-7b compile_topology=a100-40gb-1 per_device_batch_size=1");
   EXPECT_EQ(oom.exit_code, 4) << oom.output;
   EXPECT_NE(oom.output.find("verdict: OUT OF MEMORY by"), std::string::npos) << oom.output;
   testing::CommandResult bad = run("model_name=llama-test compile_topology=h800");
@@ -114,16 +122,17 @@ TEST(Compile, ExpertParallelismIsRefusedByName) {
     FAIL() << "expert parallelism planned";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("expert parallelism (and mixture-of-experts layers) is not in this build"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("expert parallelism (and mixture-of-experts layers) is not in this build"),
+        std::string::npos)
         << e.what();
   }
 }
 
 // The planner builds what the trainer builds.
 TEST(Compile, PlannerAgreesWithTheTrainer) {
-  Config cfg = load_config(base_config(), small({"steps=1", "enable_checkpointing=false", "enable_tensorboard=false",
-                                                 "device_peak_tflops=1"}));
+  Config cfg = load_config(base_config(), small({"steps=1", "enable_checkpointing=false",
+                                                 "enable_tensorboard=false", "device_peak_tflops=1"}));
   std::ostringstream log;
   train::Trainer trainer(cfg, log);
   const RankPlan rp = build_rank_plan(cfg, dist::MeshSizes{});
@@ -161,14 +170,17 @@ TEST_F(PlanFile, RoundTripsAndMatchesEveryRank) {
   for (int64_t f = 0; f < 2; ++f) {
     dist::MeshSizes coords{};
     coords[static_cast<int>(MeshAxis::kFsdp)] = f;
-    EXPECT_EQ(first_difference(file_, run_->cfg, build_rank_plan(run_->cfg, coords)), "") << "fsdp rank " << f;
+    EXPECT_EQ(first_difference(file_, run_->cfg, build_rank_plan(run_->cfg, coords)), "")
+        << "fsdp rank " << f;
   }
   EXPECT_NO_THROW(check_plan_file(path_, run_->cfg, build_rank_plan(run_->cfg, dist::MeshSizes{})));
 }
 
 TEST_F(PlanFile, NamesEachMismatch) {
-  EXPECT_NE(difference(file_, small({"ici_fsdp_parallelism=2", "override_model_config=true", "base_emb_dim=128"})).find("model: emb_dim is 64 in the file, 128"),
-            std::string::npos);
+  EXPECT_NE(
+      difference(file_, small({"ici_fsdp_parallelism=2", "override_model_config=true", "base_emb_dim=128"}))
+          .find("model: emb_dim is 64 in the file, 128"),
+      std::string::npos);
   EXPECT_NE(difference(file_, small({"ici_fsdp_parallelism=2", "per_device_batch_size=4"}))
                 .find("model: batch_per_rank is 2 in the file, 4 in this run"),
             std::string::npos);
@@ -186,17 +198,20 @@ TEST_F(PlanFile, NamesEachMismatch) {
   nlohmann::json coll = file_;
   ASSERT_FALSE(coll["classes"][0]["plan"]["schedule"].empty());
   coll["classes"][0]["plan"]["schedule"][0]["bytes"] = 7;
-  EXPECT_NE(difference(coll, same).find("schedule: collective 0"), std::string::npos) << difference(coll, same);
+  EXPECT_NE(difference(coll, same).find("schedule: collective 0"), std::string::npos)
+      << difference(coll, same);
   nlohmann::json mem = file_;
   mem["classes"][0]["plan"]["memory"]["activations"] = 1;
   EXPECT_NE(difference(mem, same).find("memory:"), std::string::npos) << difference(mem, same);
   try {
-    const Config cfg = load_config(base_config(), small({"ici_fsdp_parallelism=2", "remat_policy=none"}), {2, 1});
+    const Config cfg =
+        load_config(base_config(), small({"ici_fsdp_parallelism=2", "remat_policy=none"}), {2, 1});
     check_plan_file(path_, cfg, build_rank_plan(cfg, dist::MeshSizes{}));
     FAIL() << "a different remat_policy accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("config key 'compiled_trainstep_file'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("config key 'compiled_trainstep_file'"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -210,8 +225,10 @@ TEST(Search, ReturnsOnlyLayoutsThatFit) {
     return static_cast<double>(compile_run(load_config(base_config(), all, {4, 1}), t).verdict.needed);
   };
   t.device.reserved_bytes = 0;
-  const double lo = need({"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=full", "per_device_batch_size=1"});
-  const double hi = need({"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=none", "per_device_batch_size=16"});
+  const double lo = need(
+      {"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=full", "per_device_batch_size=1"});
+  const double hi = need(
+      {"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=none", "per_device_batch_size=16"});
   ASSERT_LT(lo, hi);
   t.device.memory_bytes = (lo + hi) / 2;
   SearchOptions opts;
@@ -241,18 +258,23 @@ TEST(PlanFileCli, TrainChecksThePlanCompileWrote) {
   if (!fs::is_regular_file(bin)) GTEST_SKIP() << "no tessera binary at " << bin;
   const fs::path dir = fs::temp_directory_path() / ("tessera_plan_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string common = "model_name=llama-test per_device_batch_size=2 max_target_length=16 ici_fsdp_parallelism=1 "
-                             "compiled_trainstep_file=" + (dir / "plan.json").string();
-  const std::string train = bin + " train " + cfg + " " + common + " steps=1 run_name=p base_output_directory=" +
-                            dir.string() + " enable_checkpointing=false enable_tensorboard=false device_peak_tflops=1";
-  testing::CommandResult c = testing::run_command(bin + " compile " + cfg + " " + common + " compile_topology=cpu-1", 120);
+  const std::string common =
+      "model_name=llama-test per_device_batch_size=2 max_target_length=16 ici_fsdp_parallelism=1 "
+      "compiled_trainstep_file=" +
+      (dir / "plan.json").string();
+  const std::string train = bin + " train " + cfg + " " + common +
+                            " steps=1 run_name=p base_output_directory=" + dir.string() +
+                            " enable_checkpointing=false enable_tensorboard=false device_peak_tflops=1";
+  testing::CommandResult c =
+      testing::run_command(bin + " compile " + cfg + " " + common + " compile_topology=cpu-1", 120);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   testing::CommandResult ok = testing::run_command(train, 120);
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("plan: matches compiled_trainstep_file"), std::string::npos) << ok.output;
   testing::CommandResult bad = testing::run_command(train + " remat_policy=none", 120);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("run: remat_policy is \"full\" in the file, \"none\" in this run"), std::string::npos)
+  EXPECT_NE(bad.output.find("run: remat_policy is \"full\" in the file, \"none\" in this run"),
+            std::string::npos)
       << bad.output;
   EXPECT_EQ(bad.output.find("completed step"), std::string::npos) << bad.output;
   fs::remove_all(dir);

@@ -1,7 +1,8 @@
 // The target catalogue (configs/targets.yml) and the topology names it resolves.
+#include "tessera/compile/target.h"
+
 #include <gtest/gtest.h>
 
-#include "tessera/compile/target.h"
 #include "tessera/core/error.h"
 
 namespace tessera::compile {
@@ -16,12 +17,17 @@ const Catalogue& catalogue() {
 
 // A fixed machine, so that the cpu names resolve without measuring.
 CpuMachine fake_cpu() {
-  return CpuMachine{.cores = 4, .f32_flops = 400e9, .bf16_flops = 800e9, .gemm_f32_flops = 300e9,
-                    .memory_bytes = 64 * kGiB, .bandwidth_bytes_per_s = 40e9};
+  return CpuMachine{.cores = 4,
+                    .f32_flops = 400e9,
+                    .bf16_flops = 800e9,
+                    .gemm_f32_flops = 300e9,
+                    .memory_bytes = 64 * kGiB,
+                    .bandwidth_bytes_per_s = 40e9};
 }
 
 TEST(Catalogue, ParsesEveryTargetTheIssueNames) {
-  for (const char* name : {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200", "v4", "v5e", "v5p", "v6e", "cpu"})
+  for (const char* name :
+       {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200", "v4", "v5e", "v5p", "v6e", "cpu"})
     EXPECT_NE(catalogue().find(name), nullptr) << name;
   const Target& h100 = *catalogue().find("h100-80gb");
   EXPECT_EQ(h100.kind, TargetKind::kGpu);

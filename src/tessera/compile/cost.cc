@@ -16,9 +16,12 @@ namespace {
 // figures (NCCL's and MPI's small-message latencies), stated in the assumptions.
 double link_latency(TargetKind kind, bool crosses_nodes) {
   switch (kind) {
-    case TargetKind::kGpu: return crosses_nodes ? 20e-6 : 10e-6;
-    case TargetKind::kTpu: return crosses_nodes ? 30e-6 : 5e-6;
-    case TargetKind::kCpu: return 20e-6;
+    case TargetKind::kGpu:
+      return crosses_nodes ? 20e-6 : 10e-6;
+    case TargetKind::kTpu:
+      return crosses_nodes ? 30e-6 : 5e-6;
+    case TargetKind::kCpu:
+      return 20e-6;
   }
   return 0;
 }
@@ -43,8 +46,10 @@ Link link_of(const std::vector<MeshAxis>& group, const Config& cfg, const Topolo
     if (span > d.devices_per_node) inter = true;
   }
   if (d.kind == TargetKind::kCpu) return {"shared memory", d.intra_node_bytes_per_s, false};
-  if (d.kind == TargetKind::kTpu) return inter ? Link{"dcn", d.inter_node_bytes_per_s, true} : Link{"ici", d.intra_node_bytes_per_s, false};
-  return inter ? Link{"inter-node", d.inter_node_bytes_per_s, true} : Link{"intra-node", d.intra_node_bytes_per_s, false};
+  if (d.kind == TargetKind::kTpu)
+    return inter ? Link{"dcn", d.inter_node_bytes_per_s, true} : Link{"ici", d.intra_node_bytes_per_s, false};
+  return inter ? Link{"inter-node", d.inter_node_bytes_per_s, true}
+               : Link{"intra-node", d.intra_node_bytes_per_s, false};
 }
 
 std::string group_name(const std::vector<MeshAxis>& group) {
@@ -61,6 +66,53 @@ double ring_seconds(graph::CollectiveKind kind, double bytes, int64_t n, const L
   return moved / link.bytes_per_s + link_latency(tk, link.crosses_nodes);
 }
 
+// The roofline over the plan's nodes: one pass (forward, recompute, backward) and the optimizer.
+struct NodeTotals {
+  double pass_seconds = 0, pass_flops = 0, pass_bytes = 0, recompute_flops = 0;
+  double optimizer_seconds = 0, optimizer_flops = 0, optimizer_bytes = 0;
+  double tp_bytes = 0;  // tensor-parallel collectives of the graph's nodes, one pass
+  int64_t tp_calls = 0;
+};
+
+NodeTotals node_totals(const graph::Graph& g, double flop_rate, double hbm_bytes_per_s) {
+  NodeTotals t;
+  for (const graph::Node& n : g.nodes()) {
+    const double f = graph::node_flops(g, n), b = graph::node_bytes(g, n);
+    const double s = std::max(f / flop_rate, b / hbm_bytes_per_s);
+    if (n.phase == graph::Phase::kOptimizer) {
+      t.optimizer_seconds += s;
+      t.optimizer_flops += f;
+      t.optimizer_bytes += b;
+      continue;
+    }
+    t.pass_seconds += s;
+    t.pass_flops += f;
+    t.pass_bytes += b;
+    if (n.phase == graph::Phase::kRecompute) t.recompute_flops += f;
+    const graph::NodeTraffic tr = graph::node_traffic(g, n);
+    t.tp_bytes += tr.bytes;
+    t.tp_calls += tr.calls;
+  }
+  return t;
+}
+
+std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, const Target& d) {
+  return {
+      fmt::format("each node takes max(FLOPs / ({:.1f} TFLOP/s {} peak x {:.0f}% GEMM efficiency), bytes / "
+                  "{:.0f} GB/s)",
+                  r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
+      "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes",
+      "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
+      "their axes, plus a fixed latency per call",
+      "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions "
+      "after "
+      "the last pass, ZeRO-1 gathers and tensor-parallel all-reduces do not",
+      "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, remat "
+      "not "
+      "counted) over the step time and the peak",
+  };
+}
+
 }  // namespace
 
 CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const Topology& topo) {
@@ -73,30 +125,15 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
   r.peak_flops = d.peak_for(compute);
   const double rate = r.peak_flops * d.gemm_efficiency;
 
-  double pass = 0, pass_flops = 0, pass_bytes = 0, opt_bytes = 0, opt_flops = 0;
-  double tp_bytes = 0;
-  int64_t tp_calls = 0;
-  for (const graph::Node& n : g.nodes()) {
-    const double f = graph::node_flops(g, n), b = graph::node_bytes(g, n);
-    const double t = std::max(f / rate, b / d.hbm_bytes_per_s);
-    if (n.phase == graph::Phase::kOptimizer) {
-      r.optimizer_seconds += t;
-      opt_bytes += b;
-      opt_flops += f;
-      continue;
-    }
-    pass += t;
-    pass_flops += f;
-    pass_bytes += b;
-    const graph::NodeTraffic tr = graph::node_traffic(g, n);
-    tp_bytes += tr.bytes;
-    tp_calls += tr.calls;
-    if (n.phase == graph::Phase::kRecompute) r.recompute_flops += f * G;
-  }
-  r.compute_seconds = G * pass;
+  const NodeTotals n = node_totals(g, rate, d.hbm_bytes_per_s);
+  r.compute_seconds = G * n.pass_seconds;
+  r.optimizer_seconds = n.optimizer_seconds;
+  r.recompute_flops = G * n.recompute_flops;
   r.model_flops = plan.flops().model_training() * G;
-  r.executed_flops = G * pass_flops + opt_flops;
-  r.memory_bytes = G * pass_bytes + opt_bytes;
+  r.executed_flops = G * n.pass_flops + n.optimizer_flops;
+  r.memory_bytes = G * n.pass_bytes + n.optimizer_bytes;
+  const double tp_bytes = n.tp_bytes;
+  const int64_t tp_calls = n.tp_calls;
 
   // The schedule's collectives, grouped by their axes.
   const dist::MeshSizes sizes = mesh_sizes(cfg);
@@ -116,13 +153,14 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
     return t;
   };
   for (const graph::Collective& c : plan.collectives()) {
-    const bool exposed = c.when == graph::CollectiveWhen::kBeforeUpdate || c.when == graph::CollectiveWhen::kAfterUpdate;
+    const bool exposed =
+        c.when == graph::CollectiveWhen::kBeforeUpdate || c.when == graph::CollectiveWhen::kAfterUpdate;
     const double times = c.when == graph::CollectiveWhen::kEveryPass ? G : 1;
     AxisTraffic& t = entry(c.group, !exposed);
     const double bytes = static_cast<double>(c.bytes) * times;
     (c.kind == graph::CollectiveKind::kAllGather       ? t.all_gather_bytes
      : c.kind == graph::CollectiveKind::kReduceScatter ? t.reduce_scatter_bytes
-                                                        : t.all_reduce_bytes) += bytes;
+                                                       : t.all_reduce_bytes) += bytes;
     t.calls += static_cast<int64_t>(times);
     const Link link = link_of(c.group, cfg, topo);
     const double s = times * ring_seconds(c.kind, static_cast<double>(c.bytes), t.ranks, link, d.kind);
@@ -146,20 +184,11 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
   r.step_seconds = std::max(r.compute_seconds, r.overlapped_comm_seconds) + r.exposed_comm_seconds +
                    r.tensor_comm_seconds + r.optimizer_seconds;
   r.mfu = r.step_seconds > 0 ? r.model_flops / (r.step_seconds * r.peak_flops) : 0;
-  const double tokens = static_cast<double>(cfg.micro_batch_size_to_train_on) * static_cast<double>(cfg.max_target_length) * G;
+  const double tokens =
+      static_cast<double>(cfg.micro_batch_size_to_train_on) * static_cast<double>(cfg.max_target_length) * G;
   r.tokens_per_s_per_device = tokens / static_cast<double>(cfg.num_devices) / r.step_seconds;
 
-  r.assumptions = {
-      fmt::format("each node takes max(FLOPs / ({:.1f} TFLOP/s {} peak x {:.0f}% GEMM efficiency), bytes / {:.0f} GB/s)",
-                  r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
-      "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes",
-      "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
-      "their axes, plus a fixed latency per call",
-      "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions after "
-      "the last pass, ZeRO-1 gathers and tensor-parallel all-reduces do not",
-      "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, remat not "
-      "counted) over the step time and the peak",
-  };
+  r.assumptions = assumptions_of(r, cfg, d);
   return r;
 }
 

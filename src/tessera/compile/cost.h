@@ -28,9 +28,9 @@ namespace tessera::compile {
 
 // Traffic of one step over one group of mesh axes (e.g. "fsdp", "data", "tensor").
 struct AxisTraffic {
-  std::string group;   // the axes, '+'-joined
-  int64_t ranks = 1;   // ranks in one group
-  std::string link;    // "intra-node" / "inter-node" / "ici" / "dcn" / "shared memory"
+  std::string group;  // the axes, '+'-joined
+  int64_t ranks = 1;  // ranks in one group
+  std::string link;   // "intra-node" / "inter-node" / "ici" / "dcn" / "shared memory"
   double link_bytes_per_s = 0;
   double all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;  // buffers, per step
   int64_t calls = 0;
@@ -42,8 +42,8 @@ struct CostReport {
   double model_flops = 0;     // MaxText's count (3 x forward, per step): the MFU numerator
   double executed_flops = 0;  // forward + recompute + backward, per step, + optimizer
   double recompute_flops = 0;
-  double memory_bytes = 0;    // bytes the nodes read and write, per step
-  double compute_seconds = 0;      // G x pass
+  double memory_bytes = 0;     // bytes the nodes read and write, per step
+  double compute_seconds = 0;  // G x pass
   double optimizer_seconds = 0;
   double overlapped_comm_seconds = 0, exposed_comm_seconds = 0, tensor_comm_seconds = 0;
   double step_seconds = 0;

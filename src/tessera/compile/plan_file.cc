@@ -12,19 +12,30 @@ namespace {
 using nlohmann::json;
 
 json model_json(const models::ModelSpec& m) {
-  return {{"decoder_block", m.decoder_block}, {"emb_dim", m.emb_dim},
-          {"num_query_heads", m.num_query_heads}, {"num_kv_heads", m.num_kv_heads},
-          {"head_dim", m.head_dim}, {"mlp_dim", m.mlp_dim},
-          {"num_decoder_layers", m.num_decoder_layers}, {"vocab_size", m.vocab_size},
-          {"logits_via_embedding", m.logits_via_embedding}, {"dtype", dtype_name(m.dtype)},
-          {"tensor_parallel", m.tp_size}, {"batch_per_rank", m.batch}, {"seq", m.seq},
+  return {{"decoder_block", m.decoder_block},
+          {"emb_dim", m.emb_dim},
+          {"num_query_heads", m.num_query_heads},
+          {"num_kv_heads", m.num_kv_heads},
+          {"head_dim", m.head_dim},
+          {"mlp_dim", m.mlp_dim},
+          {"num_decoder_layers", m.num_decoder_layers},
+          {"vocab_size", m.vocab_size},
+          {"logits_via_embedding", m.logits_via_embedding},
+          {"dtype", dtype_name(m.dtype)},
+          {"tensor_parallel", m.tp_size},
+          {"batch_per_rank", m.batch},
+          {"seq", m.seq},
           {"num_params", m.num_params()}};
 }
 
 json run_json(const Config& c) {
-  return {{"per_device_batch_size", c.per_device_batch_size}, {"max_target_length", c.max_target_length},
-          {"gradient_accumulation_steps", c.gradient_accumulation_steps}, {"remat_policy", c.remat_policy},
-          {"opt_type", c.opt_type}, {"dtype", c.dtype}, {"weight_dtype", c.weight_dtype},
+  return {{"per_device_batch_size", c.per_device_batch_size},
+          {"max_target_length", c.max_target_length},
+          {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+          {"remat_policy", c.remat_policy},
+          {"opt_type", c.opt_type},
+          {"dtype", c.dtype},
+          {"weight_dtype", c.weight_dtype},
           {"shard_optimizer_over_data", c.shard_optimizer_over_data}};
 }
 
@@ -46,7 +57,8 @@ std::string differ(std::string_view section, const json& a, const json& b) {
       std::string d = differ(fmt::format("{} {}", section, it.key()), *it, mine);
       if (!d.empty()) return d;
     } else if (*it != mine) {
-      return fmt::format("{}: {} is {} in the file, {} in this run", section, it.key(), it->dump(), mine.dump());
+      return fmt::format("{}: {} is {} in the file, {} in this run", section, it.key(), it->dump(),
+                         mine.dump());
     }
   }
   return "";
@@ -72,8 +84,8 @@ std::string differ_plans(const graph::PlanSpec& f, const graph::PlanSpec& r) {
     if (a.op != b.op || a.phase != b.phase)
       return fmt::format("graph: node {} is {} in the file, {} in this run", i, a.op, b.op);
     if (a.in != b.in || a.out != b.out)
-      return fmt::format("graph: node {} ({}) has shapes ({}) -> ({}) in the file, ({}) -> ({}) in this run", i, a.op,
-                         shapes(a.in), shapes(a.out), shapes(b.in), shapes(b.out));
+      return fmt::format("graph: node {} ({}) has shapes ({}) -> ({}) in the file, ({}) -> ({}) in this run",
+                         i, a.op, shapes(a.in), shapes(a.out), shapes(b.in), shapes(b.out));
   }
   if (f.collectives().size() != r.collectives().size())
     return fmt::format("schedule: {} collectives in the file, {} in this run", f.collectives().size(),
@@ -81,14 +93,16 @@ std::string differ_plans(const graph::PlanSpec& f, const graph::PlanSpec& r) {
   for (size_t i = 0; i < f.collectives().size(); ++i) {
     const graph::Collective &a = f.collectives()[i], &b = r.collectives()[i];
     if (!(a == b))
-      return fmt::format("schedule: collective {} is {} {} over {} of {} bytes (nodes {}..{}) in the file, {} {} "
-                         "over {} of {} bytes (nodes {}..{}) in this run",
-                         i, collective_when_name(a.when), collective_kind_name(a.kind), group_str(a.group), a.bytes,
-                         a.issue, a.wait, collective_when_name(b.when), collective_kind_name(b.kind),
-                         group_str(b.group), b.bytes, b.issue, b.wait);
+      return fmt::format(
+          "schedule: collective {} is {} {} over {} of {} bytes (nodes {}..{}) in the file, {} {} "
+          "over {} of {} bytes (nodes {}..{}) in this run",
+          i, collective_when_name(a.when), collective_kind_name(a.kind), group_str(a.group), a.bytes, a.issue,
+          a.wait, collective_when_name(b.when), collective_kind_name(b.kind), group_str(b.group), b.bytes,
+          b.issue, b.wait);
   }
   if (!(f.memory() == r.memory()))
-    return fmt::format("memory: {} bytes in the file, {} in this run", f.memory().total(), r.memory().total());
+    return fmt::format("memory: {} bytes in the file, {} in this run", f.memory().total(),
+                       r.memory().total());
   return "";
 }
 
@@ -105,15 +119,12 @@ json plan_file_json(const CompiledRun& run) {
   json classes = json::array(), corners = json::array();
   const dist::MeshSizes sizes = mesh_sizes(run.cfg);
   for (const RankPlan& k : run.classes)
-    classes.push_back({{"coords", k.coords}, {"fingerprint", k.plan.fingerprint()}, {"plan", k.plan.to_json()}});
-  return {{"format", kPlanFileFormat},
-          {"version", kPlanFileVersion},
-          {"topology", run.topology.name},
-          {"model", model_json(run.classes.at(0).model)},
-          {"run", run_json(run.cfg)},
-          {"mesh", mesh_json(run.cfg)},
-          {"mesh_sizes", sizes},
-          {"classes", classes}};
+    classes.push_back(
+        {{"coords", k.coords}, {"fingerprint", k.plan.fingerprint()}, {"plan", k.plan.to_json()}});
+  return {{"format", kPlanFileFormat},     {"version", kPlanFileVersion},
+          {"topology", run.topology.name}, {"model", model_json(run.classes.at(0).model)},
+          {"run", run_json(run.cfg)},      {"mesh", mesh_json(run.cfg)},
+          {"mesh_sizes", sizes},           {"classes", classes}};
 }
 
 void write_plan_file(const std::filesystem::path& path, const CompiledRun& run) {
@@ -128,11 +139,13 @@ json read_plan_file(const std::filesystem::path& path) {
   try {
     j = json::parse(read_file(path));
   } catch (const json::exception& e) {
-    fail(ErrorKind::kConfig, "config key 'compiled_trainstep_file': {} is not JSON ({})", path.string(), e.what());
+    fail(ErrorKind::kConfig, "config key 'compiled_trainstep_file': {} is not JSON ({})", path.string(),
+         e.what());
   }
   if (!j.is_object() || j.value("format", "") != kPlanFileFormat || j.value("version", 0) != kPlanFileVersion)
     fail(ErrorKind::kConfig,
-         "config key 'compiled_trainstep_file': {} is not a plan written by `tessera compile` (expected format "
+         "config key 'compiled_trainstep_file': {} is not a plan written by `tessera compile` (expected "
+         "format "
          "'{}' version {})",
          path.string(), kPlanFileFormat, kPlanFileVersion);
   return j;
@@ -166,7 +179,8 @@ void check_plan_file(const std::filesystem::path& path, const Config& cfg, const
   const std::string d = first_difference(file, cfg, rank);
   if (!d.empty())
     fail(ErrorKind::kConfig,
-         "config key 'compiled_trainstep_file': {} (compiled for {}) does not match this run: {}; recompile with "
+         "config key 'compiled_trainstep_file': {} (compiled for {}) does not match this run: {}; recompile "
+         "with "
          "`tessera compile` or drop the key",
          path.string(), file.value("topology", "?"), d);
 }

@@ -25,12 +25,14 @@ void reject_unbuilt_parallelism(const Config& cfg) {
   const dist::MeshSizes sizes = mesh_sizes(cfg);
   for (int a = 0; a < kNumMeshAxes; ++a) {
     const auto axis = static_cast<MeshAxis>(a);
-    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor || sizes[a] == 1) continue;
-    fail(ErrorKind::kConfig,
-         "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
-         "fsdp and tensor only; {} parallelism{} is not in this build yet, so it cannot be planned either",
-         kMeshAxes[a].axis, sizes[a], kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key,
-         axis == MeshAxis::kExpert ? " (and mixture-of-experts layers)" : "");
+    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor || sizes[a] == 1)
+      continue;
+    fail(
+        ErrorKind::kConfig,
+        "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
+        "fsdp and tensor only; {} parallelism{} is not in this build yet, so it cannot be planned either",
+        kMeshAxes[a].axis, sizes[a], kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key,
+        axis == MeshAxis::kExpert ? " (and mixture-of-experts layers)" : "");
   }
 }
 
@@ -79,7 +81,8 @@ Topology topology_of(const Config& cfg, const Catalogue& catalogue, const CpuMac
 
 CompiledRun compile_run(const Config& cfg, const Topology& topology, bool first_class_only) {
   if (cfg.num_devices != topology.num_devices() || cfg.num_slices != topology.num_slices)
-    fail(ErrorKind::kInternal, "compile_run: the config was resolved for {} devices in {} slices, the topology has {} in {}",
+    fail(ErrorKind::kInternal,
+         "compile_run: the config was resolved for {} devices in {} slices, the topology has {} in {}",
          cfg.num_devices, cfg.num_slices, topology.num_devices(), topology.num_slices);
   reject_unbuilt_parallelism(cfg);
   CompiledRun run{.cfg = cfg, .topology = topology};

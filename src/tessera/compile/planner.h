@@ -23,7 +23,7 @@ namespace tessera::compile {
 
 // Memory of one device as `tessera compile` reports it (bytes).
 struct DeviceMemory {
-  size_t params = 0;       // master weights and their compute copies
+  size_t params = 0;  // master weights and their compute copies
   size_t grads = 0;
   size_t optimizer = 0;
   size_t activations = 0;  // the planned activation arena (remat_policy applied)
@@ -54,17 +54,17 @@ dist::MeshSizes mesh_sizes(const Config& cfg);
 bool same_rank_class(const graph::PlanSpec& a, const graph::PlanSpec& b);
 
 struct Verdict {
-  size_t needed = 0;     // the largest rank class's total
-  double usable = 0;     // the device's memory (the reservation is counted in `other`)
+  size_t needed = 0;  // the largest rank class's total
+  double usable = 0;  // the device's memory (the reservation is counted in `other`)
   bool fits() const { return static_cast<double>(needed) <= usable; }
   double margin_bytes() const { return usable - static_cast<double>(needed); }
 };
 
 struct CompiledRun {
-  Config cfg;        // resolved for topology.num_devices() devices in topology.num_slices slices
+  Config cfg;  // resolved for topology.num_devices() devices in topology.num_slices slices
   Topology topology;
-  std::vector<RankPlan> classes;  // one per distinct rank class
-  int64_t corners_planned = 0;    // plans built to find them
+  std::vector<RankPlan> classes;     // one per distinct rank class
+  int64_t corners_planned = 0;       // plans built to find them
   std::vector<DeviceMemory> memory;  // per class
   Verdict verdict;
 };

@@ -24,7 +24,10 @@ std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor) {
     for (int64_t f = 1; f <= p / tp; ++f) {
       if ((p / tp) % f != 0) continue;
       for (int dcn = 0; dcn < (s > 1 ? 2 : 1); ++dcn)
-        out.push_back(Mesh{.data = p / tp / f, .fsdp = f, .tensor = tp, .dcn_data = dcn == 0 ? s : 1,
+        out.push_back(Mesh{.data = p / tp / f,
+                           .fsdp = f,
+                           .tensor = tp,
+                           .dcn_data = dcn == 0 ? s : 1,
                            .dcn_fsdp = dcn == 1 ? s : 1});
     }
   }
@@ -32,21 +35,23 @@ std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor) {
 }
 
 std::vector<std::string> mesh_overrides(const Mesh& m) {
-  return {fmt::format("ici_data_parallelism={}", m.data),   fmt::format("ici_fsdp_parallelism={}", m.fsdp),
-          fmt::format("ici_tensor_parallelism={}", m.tensor), fmt::format("dcn_data_parallelism={}", m.dcn_data),
-          fmt::format("dcn_fsdp_parallelism={}", m.dcn_fsdp), "dcn_tensor_parallelism=1"};
+  return {
+      fmt::format("ici_data_parallelism={}", m.data),     fmt::format("ici_fsdp_parallelism={}", m.fsdp),
+      fmt::format("ici_tensor_parallelism={}", m.tensor), fmt::format("dcn_data_parallelism={}", m.dcn_data),
+      fmt::format("dcn_fsdp_parallelism={}", m.dcn_fsdp), "dcn_tensor_parallelism=1"};
 }
 
 std::string describe(const Mesh& m, const std::string& remat, double batch, int64_t slices) {
   std::string dcn = slices > 1 ? fmt::format(", dcn {} {}", m.dcn_data > 1 ? "data" : "fsdp", slices) : "";
-  return fmt::format("data {} x fsdp {} x tensor {}{}; remat {}; per-device batch {:g}", m.data, m.fsdp, m.tensor, dcn,
-                     remat, batch);
+  return fmt::format("data {} x fsdp {} x tensor {}{}; remat {}; per-device batch {:g}", m.data, m.fsdp,
+                     m.tensor, dcn, remat, batch);
 }
 
 }  // namespace
 
-SearchReport search_layouts(const std::filesystem::path& config_file, const std::vector<std::string>& overrides,
-                            const Topology& topology, const SearchOptions& options) {
+SearchReport search_layouts(const std::filesystem::path& config_file,
+                            const std::vector<std::string>& overrides, const Topology& topology,
+                            const SearchOptions& options) {
   SearchReport report;
   const DeviceCount devices{topology.num_devices(), topology.num_slices};
   // The keys a layout sets are the search's, not the command line's.
@@ -82,7 +87,8 @@ SearchReport search_layouts(const std::filesystem::path& config_file, const std:
           ++report.too_big;
           break;
         }
-        r.overrides = std::vector<std::string>(ov.begin() + static_cast<std::ptrdiff_t>(fixed.size()), ov.end());
+        r.overrides =
+            std::vector<std::string>(ov.begin() + static_cast<std::ptrdiff_t>(fixed.size()), ov.end());
         r.layout = describe(m, remat, batch, topology.num_slices);
         r.memory = run.memory.at(0);
         r.verdict = run.verdict;
@@ -91,9 +97,10 @@ SearchReport search_layouts(const std::filesystem::path& config_file, const std:
       }
     }
   }
-  std::stable_sort(report.fitting.begin(), report.fitting.end(), [](const SearchResult& a, const SearchResult& b) {
-    return a.cost.tokens_per_s_per_device > b.cost.tokens_per_s_per_device;
-  });
+  std::stable_sort(report.fitting.begin(), report.fitting.end(),
+                   [](const SearchResult& a, const SearchResult& b) {
+                     return a.cost.tokens_per_s_per_device > b.cost.tokens_per_s_per_device;
+                   });
   // The ones returned fit on every rank class, not only at coordinate 0.
   std::vector<SearchResult> kept;
   for (SearchResult& r : report.fitting) {

@@ -30,11 +30,12 @@ struct SearchResult {
 };
 
 struct SearchReport {
-  std::vector<SearchResult> fitting;  // best first by tokens per second per device
+  std::vector<SearchResult> fitting;              // best first by tokens per second per device
   int64_t planned = 0, refused = 0, too_big = 0;  // refused: the config or model cannot build the layout
 };
 
-SearchReport search_layouts(const std::filesystem::path& config_file, const std::vector<std::string>& overrides,
-                            const Topology& topology, const SearchOptions& options = {});
+SearchReport search_layouts(const std::filesystem::path& config_file,
+                            const std::vector<std::string>& overrides, const Topology& topology,
+                            const SearchOptions& options = {});
 
 }  // namespace tessera::compile

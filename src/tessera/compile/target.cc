@@ -62,8 +62,9 @@ int64_t parse_count(std::string_view s) {
 
 Topology resolve_tpu(const Target& t, std::string_view name, int64_t n, int64_t num_slices) {
   if (std::find(t.slices.begin(), t.slices.end(), n) == t.slices.end())
-    fail(ErrorKind::kConfig, "config key 'compile_topology': '{}' is not a {} slice; the sizes are {}-{{{}}}{}",
-         name, t.name, t.name, fmt::join(t.slices, ","),
+    fail(ErrorKind::kConfig,
+         "config key 'compile_topology': '{}' is not a {} slice; the sizes are {}-{{{}}}{}", name, t.name,
+         t.name, fmt::join(t.slices, ","),
          t.cores_per_chip > 1 ? fmt::format(" (TensorCores, {} per chip)", t.cores_per_chip) : "");
   return Topology{.name = std::string(name),
                   .device = t,
@@ -78,7 +79,8 @@ Topology resolve_cpu(const Target& t, std::string_view name, std::string_view re
   const int64_t ranks = x == std::string_view::npos ? 1 : parse_count(rest.substr(x + 1));
   if (cores < 1 || ranks < 1)
     fail(ErrorKind::kConfig,
-         "config key 'compile_topology': '{}' is not cpu-<C> or cpu-<C>x<M> (C cores per rank, M ranks)", name);
+         "config key 'compile_topology': '{}' is not cpu-<C> or cpu-<C>x<M> (C cores per rank, M ranks)",
+         name);
   if (!cpu) fail(ErrorKind::kInternal, "resolve_topology: '{}' needs the cpu measurement", name);
   Target d = t;
   d.name = fmt::format("cpu-{}", cores);
@@ -93,16 +95,20 @@ Topology resolve_cpu(const Target& t, std::string_view name, std::string_view re
                       static_cast<double>(ranks);
   d.intra_node_bytes_per_s = d.inter_node_bytes_per_s = d.hbm_bytes_per_s * t.link_fraction;
   d.devices_per_node = ranks;
-  return Topology{.name = std::string(name), .device = d, .devices_per_slice = ranks, .num_slices = num_slices};
+  return Topology{
+      .name = std::string(name), .device = d, .devices_per_slice = ranks, .num_slices = num_slices};
 }
 
 }  // namespace
 
 const char* target_kind_name(TargetKind k) {
   switch (k) {
-    case TargetKind::kGpu: return "gpu";
-    case TargetKind::kTpu: return "tpu";
-    case TargetKind::kCpu: return "cpu";
+    case TargetKind::kGpu:
+      return "gpu";
+    case TargetKind::kTpu:
+      return "tpu";
+    case TargetKind::kCpu:
+      return "cpu";
   }
   return "?";
 }
@@ -158,8 +164,9 @@ Catalogue parse_catalogue(std::string_view yaml, std::string_view where) {
     t.cores_per_chip = field<int64_t>(n, "cores_per_chip", at, false, 1);
     t.slices = field<std::vector<int64_t>>(n, "slices", at, t.kind == TargetKind::kTpu);
     t.link_fraction = field<double>(n, "link_fraction", at, measured);
-    if (!measured && (t.memory_bytes <= 0 || t.peak_bf16_flops <= 0 || t.peak_f32_flops <= 0 ||
-                      t.hbm_bytes_per_s <= 0 || t.intra_node_bytes_per_s <= 0 || t.inter_node_bytes_per_s <= 0))
+    if (!measured &&
+        (t.memory_bytes <= 0 || t.peak_bf16_flops <= 0 || t.peak_f32_flops <= 0 || t.hbm_bytes_per_s <= 0 ||
+         t.intra_node_bytes_per_s <= 0 || t.inter_node_bytes_per_s <= 0))
       fail(ErrorKind::kConfig, "{}: memory, peaks and bandwidths must be > 0", at);
     if (t.devices_per_node < 1 || t.cores_per_chip < 1)
       fail(ErrorKind::kConfig, "{}: devices_per_node and cores_per_chip must be >= 1", at);
@@ -246,13 +253,15 @@ CpuMachine measure_cpu_machine() {
 std::string Topology::describe() const {
   const Target& d = device;
   std::string slices = num_slices > 1 ? fmt::format(" x {} slices", num_slices) : "";
-  std::string eff = d.gemm_efficiency < 1 ? fmt::format(" (measured GEMM: {:.0f}% of it)", 100 * d.gemm_efficiency) : "";
+  std::string eff =
+      d.gemm_efficiency < 1 ? fmt::format(" (measured GEMM: {:.0f}% of it)", 100 * d.gemm_efficiency) : "";
   return fmt::format(
       "{}{}: {} x {} ({}), {:.1f} GiB each ({:.2f} GiB reserved), peak {:.1f} TFLOP/s bf16 / {:.1f} f32{}, "
       "memory {:.0f} GB/s, links {:.1f} GB/s in a node / {:.2f} GB/s between nodes, {} per node",
       name, slices, num_devices(), d.name, target_kind_name(d.kind), d.memory_bytes / kGiB,
-      d.reserved_bytes / kGiB, d.peak_bf16_flops / kTera, d.peak_f32_flops / kTera, eff, d.hbm_bytes_per_s / kGB,
-      d.intra_node_bytes_per_s / kGB, d.inter_node_bytes_per_s / kGB, d.devices_per_node);
+      d.reserved_bytes / kGiB, d.peak_bf16_flops / kTera, d.peak_f32_flops / kTera, eff,
+      d.hbm_bytes_per_s / kGB, d.intra_node_bytes_per_s / kGB, d.inter_node_bytes_per_s / kGB,
+      d.devices_per_node);
 }
 
 Topology resolve_topology(const Catalogue& catalogue, std::string_view name, int64_t num_slices,
@@ -264,7 +273,9 @@ Topology resolve_topology(const Catalogue& catalogue, std::string_view name, int
          catalogue.names());
   if (num_slices < 1) num_slices = 1;  // -1: one slice
   if (const Target* t = catalogue.find(name); t && t->kind == TargetKind::kGpu)
-    return Topology{.name = std::string(name), .device = *t, .devices_per_slice = t->devices_per_node,
+    return Topology{.name = std::string(name),
+                    .device = *t,
+                    .devices_per_slice = t->devices_per_node,
                     .num_slices = num_slices};
   const size_t dash = name.rfind('-');
   if (dash == std::string_view::npos) unknown_topology(catalogue, name);

@@ -21,8 +21,8 @@ const char* target_kind_name(TargetKind k);
 struct Target {
   std::string name;
   TargetKind kind = TargetKind::kGpu;
-  double memory_bytes = 0;    // usable device memory
-  double reserved_bytes = 0;  // taken by the runtime before the plan
+  double memory_bytes = 0;                         // usable device memory
+  double reserved_bytes = 0;                       // taken by the runtime before the plan
   double peak_bf16_flops = 0, peak_f32_flops = 0;  // dense, FLOP/s
   double hbm_bytes_per_s = 0;
   double intra_node_bytes_per_s = 0;  // NVLink / TPU ICI
@@ -50,11 +50,11 @@ Catalogue load_catalogue(const std::filesystem::path& path);
 
 // What a cpu-<C> target is made of: this machine's cores, measured.
 struct CpuMachine {
-  int64_t cores = 1;            // the threads the calibration ran on
-  double f32_flops = 0;         // all cores, FMA peak
+  int64_t cores = 1;     // the threads the calibration ran on
+  double f32_flops = 0;  // all cores, FMA peak
   double bf16_flops = 0;
-  double gemm_f32_flops = 0;    // a large f32 GEMM on all cores
-  double memory_bytes = 0;      // MemTotal
+  double gemm_f32_flops = 0;         // a large f32 GEMM on all cores
+  double memory_bytes = 0;           // MemTotal
   double bandwidth_bytes_per_s = 0;  // a streaming read on all cores
 };
 // About 0.3 s: the peak calibration (backends/cpu/peak.h), one GEMM and one streaming read.
@@ -62,8 +62,8 @@ CpuMachine measure_cpu_machine();
 
 // A named slice of devices times compile_topology_num_slices.
 struct Topology {
-  std::string name;      // as given: "v5e-256", "h100-80gb-4", "cpu-1x2"
-  Target device;         // per device (cpu: filled from the measurement)
+  std::string name;  // as given: "v5e-256", "h100-80gb-4", "cpu-1x2"
+  Target device;     // per device (cpu: filled from the measurement)
   int64_t devices_per_slice = 1;
   int64_t num_slices = 1;
   int64_t num_devices() const { return devices_per_slice * num_slices; }
