@@ -242,7 +242,9 @@ TEST(Search, ReturnsOnlyLayoutsThatFit) {
     std::vector<std::string> all = base;
     all.insert(all.end(), s.overrides.begin(), s.overrides.end());
     EXPECT_TRUE(compile_run(load_config(base_config(), all, {4, 1}), t).verdict.fits()) << s.layout;
-    if (i > 0) EXPECT_GE(r.fitting[i - 1].cost.tokens_per_s_per_device, s.cost.tokens_per_s_per_device);
+    if (i > 0) {
+      EXPECT_GE(r.fitting[i - 1].cost.tokens_per_s_per_device, s.cost.tokens_per_s_per_device);
+    }
   }
 }
 

@@ -85,7 +85,9 @@ CompiledRun compile_run(const Config& cfg, const Topology& topology, bool first_
          "compile_run: the config was resolved for {} devices in {} slices, the topology has {} in {}",
          cfg.num_devices, cfg.num_slices, topology.num_devices(), topology.num_slices);
   reject_unbuilt_parallelism(cfg);
-  CompiledRun run{.cfg = cfg, .topology = topology};
+  CompiledRun run;
+  run.cfg = cfg;
+  run.topology = topology;
   const dist::MeshSizes sizes = mesh_sizes(cfg);
   // The corners: every combination of 0 and size-1 over the axes larger than one.
   std::vector<int> axes;
