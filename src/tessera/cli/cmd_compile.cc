@@ -14,6 +14,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/autodiff.h"
 
 namespace tessera::cli {
 namespace {
@@ -85,6 +86,18 @@ void print_memory(const compile::CompiledRun& run, std::ostream& out) {
   else
     fmt::print(out, "verdict: OUT OF MEMORY by {:.3f} GiB ({:.1f}% of the device)\n", gib(-v.margin_bytes()),
                100.0 * static_cast<double>(v.needed) / v.usable);
+}
+
+// The activation arena of rank 0 under every remat policy, the rest of the config unchanged.
+void print_remat_table(const Config& cfg, std::ostream& out) {
+  std::vector<std::string> cells;
+  for (const std::string& policy : graph::remat_policy_names()) {
+    Config c = cfg;
+    c.remat_policy = policy;
+    const compile::RankPlan rp = compile::build_rank_plan(c, dist::MeshSizes{});
+    cells.push_back(fmt::format("{} {:.3f}", policy, gib(static_cast<double>(rp.plan.memory().activations))));
+  }
+  fmt::print(out, "activations by remat_policy (GiB): {}\n", fmt::join(cells, ", "));
 }
 
 void print_cost(const compile::CostReport& c, std::ostream& out) {
@@ -171,6 +184,7 @@ int compile(const ConfigArgs& args, bool search, std::ostream& out) {
   fmt::print(out, "rank classes: {} planned (the mesh's corners), {} distinct; plan fingerprint {}\n",
              run.corners_planned, run.classes.size(), plan.fingerprint());
   print_memory(run, out);
+  print_remat_table(cfg, out);
   print_cost(compile::estimate_cost(plan, cfg, topo), out);
   if (!cfg.compiled_trainstep_file.empty()) {
     compile::write_plan_file(cfg.compiled_trainstep_file, run);
