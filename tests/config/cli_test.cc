@@ -145,26 +145,6 @@ TEST_F(Cli, HelpConfig) {
                                                         "`tessera help-config --yaml > configs/base.yml`";
 }
 
-TEST_F(Cli, PlannedCommandsWriteTheConfigAndExitThree) {
-  for (const char* cmd :
-       {"compile"}) {
-    SCOPED_TRACE(cmd);
-    const std::string run_name = std::string("run_") + cmd;
-    Result r = run({cmd, base(), "run_name=" + run_name, outputs(), "model_name=llama-test", "steps=11"});
-    EXPECT_EQ(r.code, 3) << r.err;
-    EXPECT_NE(r.err.find(std::string("tessera ") + cmd + ": "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("is not in this build yet"), std::string::npos) << r.err;
-    const fs::path dump = dir_ / "runs" / run_name / "config.yml";
-    ASSERT_TRUE(fs::is_regular_file(dump));
-    EXPECT_NE(r.out.find(dump.string()), std::string::npos) << r.out;
-    // The dump is a config: loading it gives the run's values back.
-    Result again = run({"show-config", dump.string()});
-    ASSERT_EQ(again.code, 0) << again.err;
-    EXPECT_NE(again.out.find("\nsteps: 11\n"), std::string::npos);
-    EXPECT_NE(again.out.find("\nbase_emb_dim: 64\n"), std::string::npos);
-  }
-}
-
 TEST_F(Cli, TrainRunsAndLogsEachStep) {
   Result r = run({"train", base(), "run_name=train_small", outputs(), "model_name=llama-test", "steps=3",
                   "per_device_batch_size=2", "max_target_length=16", "log_period=1", "device_peak_tflops=1"});

@@ -144,8 +144,8 @@ TEST(LoadErrors, UnknownKeyOnTheCommandLine) {
   expect_config_error([] { load(base_config(), {"qqqqqqqqqqqqqq=1"}); }, {"'qqqqqqqqqqqqqq'", "help-config"});
   expect_config_error([] { load(base_config(), {"emb_dim=10"}); },
                       {"'emb_dim'", "is derived", "base_emb_dim"});
-  expect_config_error([] { load(base_config(), {"compiled_trainstep_file=x"}); },
-                      {"MaxText key that Tessera does not support", "compiled_plan_file"});
+  expect_config_error([] { load(base_config(), {"dataset_name=x"}); },
+                      {"MaxText key that Tessera does not support", "dataset_path"});
 }
 
 TEST(LoadErrors, WrongTypeNamesKeyValueAndType) {

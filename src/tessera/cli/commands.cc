@@ -17,6 +17,7 @@
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
 #include "tessera/cli/sample.h"
+#include "tessera/compile/plan_file.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -73,14 +74,6 @@ void print_key_detail(const FieldSpec& f, const Config& defaults, std::ostream& 
 }
 
 }  // namespace
-
-const std::vector<PlannedCommand>& planned_commands() {
-  static const std::vector<PlannedCommand> commands = {
-      {"compile", "Plan a run for compile_topology without its hardware: memory, FLOPs, collectives.",
-       "the ahead-of-time planner"},
-  };
-  return commands;
-}
 
 namespace {
 
@@ -192,6 +185,17 @@ data::SentencePieceTrainReport train_tokenizer_from(const Config& cfg, std::ostr
 namespace {
 // The training run and the sample after it, on every rank of `mesh`.
 void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& log);
+
+// compiled_trainstep_file: this rank's plan, built as the trainer will build it (nothing
+// allocated), against the file `tessera compile` wrote; the first difference stops the run.
+void check_compiled_plan(const Config& cfg, const dist::Mesh& mesh, std::ostream& log) {
+  dist::MeshSizes coords{};
+  for (int a = 0; a < kNumMeshAxes; ++a) coords[a] = mesh.coord(static_cast<MeshAxis>(a));
+  const compile::RankPlan rank = compile::build_rank_plan(cfg, coords);
+  compile::check_plan_file(cfg.compiled_trainstep_file, cfg, rank);
+  fmt::print(log, "plan: matches compiled_trainstep_file {} (model, sizes, mesh, {} nodes, {} collectives)\n",
+             cfg.compiled_trainstep_file, rank.plan.nodes().size(), rank.plan.collectives().size());
+}
 }  // namespace
 
 int train(const ConfigArgs& args, std::ostream& out) {
@@ -215,6 +219,7 @@ int train(const ConfigArgs& args, std::ostream& out) {
   }
   world->barrier();  // the tokenizer exists for every rank
   std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
+  if (!cfg.compiled_trainstep_file.empty()) check_compiled_plan(cfg, *mesh, log);
   train::Trainer trainer(cfg, log, mesh.get());
   try {
     train_and_sample(cfg, trainer, log);
@@ -292,16 +297,6 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
       r.documents, r.tokens, static_cast<double>(r.bytes) / 1e6, r.shards.size(), o.out_dir.string(),
       r.seconds);
   return kExitOk;
-}
-
-int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,
-                    std::ostream& err) {
-  Config cfg = load_config(args.config_file, args.overrides);
-  set_num_threads(static_cast<int>(cfg.num_threads));
-  std::filesystem::path dump = write_resolved_config(cfg);
-  fmt::print(out, "tessera {}: resolved config written to {}\n", command.name, dump.string());
-  fmt::print(err, "tessera {}: {} is not in this build yet\n", command.name, command.missing);
-  return kExitNotImplemented;
 }
 
 }  // namespace tessera::cli

@@ -1,7 +1,8 @@
 // The bodies of `tessera <command>`, kept out of main.cc so that tests can run them in-process.
 // main.cc parses argv (CLI11) and calls these; cli/ is the only part of Tessera that chooses exit
 // codes, and it chooses them here:
-//   0 success, 1 any other failure, 2 usage or config error, 3 command not in this build yet.
+//   0 success, 1 any other failure, 2 usage or config error, 3 command not in this build yet,
+//   4 `tessera compile`: the run does not fit in the target's memory.
 // Errors go to `err` as one line starting "tessera: error: ".
 #pragma once
 
@@ -18,7 +19,7 @@ class App;
 
 namespace tessera::cli {
 
-enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3 };
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3, kExitDoesNotFit = 4 };
 
 inline constexpr std::string_view kVersion = "0.1.0";
 
@@ -27,14 +28,6 @@ struct ConfigArgs {
   std::string config_file;
   std::vector<std::string> overrides;
 };
-
-// A command that loads its config but whose work is not in this build yet.
-struct PlannedCommand {
-  std::string_view name;     // "compile"
-  std::string_view summary;  // one line for --help
-  std::string_view missing;  // what is not built yet, for the refusal
-};
-const std::vector<PlannedCommand>& planned_commands();
 
 // Runs `body`, turning a thrown tessera::Error or std::exception into a message on `err` and
 // the exit code for its kind (kConfig -> 2, anything else -> 1).
@@ -85,10 +78,10 @@ int convert(const ConvertArgs& args, std::ostream& out);
 // or SIGTERM; the address and one line per request go to `out`.
 int serve(const ConfigArgs& args, std::ostream& out);
 
-// compile: load and validate the config, apply num_threads, write the resolved config
-// to {base_output_directory}/{run_name}/config.yml, then report that the work itself is missing
-// (exit 3), never a silent success.
-int planned_command(const PlannedCommand& command, const ConfigArgs& args, std::ostream& out,
-                    std::ostream& err);
+// `tessera compile CONFIG [k=v ...] [--search]` (cmd_compile.cc; docs/compile.md): plans the run
+// for compile_topology without its hardware; prints memory per device with a verdict and the cost
+// analysis, writes compiled_trainstep_file when set. kExitDoesNotFit when it does not fit (with
+// --search: when no layout fits).
+int compile(const ConfigArgs& args, bool search, std::ostream& out);
 
 }  // namespace tessera::cli

@@ -15,7 +15,8 @@ namespace {
 using tessera::cli::ConfigArgs;
 
 constexpr const char* kFooter =
-    "Exit codes: 0 success, 1 failure, 2 usage or config error, 3 not in this build yet.\n"
+    "Exit codes: 0 success, 1 failure, 2 usage or config error, 3 not in this build yet,\n"
+    "4 the run does not fit (compile).\n"
     "Example: tessera train configs/base.yml run_name=my_run model_name=llama-test steps=100";
 
 void add_config_args(CLI::App* sub, ConfigArgs& args) {
@@ -58,12 +59,13 @@ int main(int argc, char** argv) {
   CLI::App* serve_cmd = app.add_subcommand(
       "serve", "Serve OpenAI-compatible completions over HTTP (needs load_parameters_path and tokenizer_path).");
   add_config_args(serve_cmd, args);
-  std::vector<std::pair<CLI::App*, const PlannedCommand*>> planned;
-  for (const PlannedCommand& c : planned_commands()) {
-    CLI::App* sub = app.add_subcommand(std::string(c.name), std::string(c.summary));
-    add_config_args(sub, args);
-    planned.emplace_back(sub, &c);
-  }
+  bool search = false;
+  CLI::App* compile_cmd = app.add_subcommand(
+      "compile", "Plan a run for compile_topology without its hardware: memory per device and whether it fits, "
+                 "FLOPs, collectives, estimated step time and MFU (docs/compile.md).");
+  add_config_args(compile_cmd, args);
+  compile_cmd->add_flag("--search", search,
+                        "rank the meshes, remat policies and per-device batches that fit by estimated throughput");
 
   try {
     app.parse(argc, argv);
@@ -86,8 +88,7 @@ int main(int argc, char** argv) {
         if (decode_cmd->parsed()) return decode(args, std::cout, std::cerr);
         if (convert_cmd->parsed()) return convert(conv, std::cout);
         if (serve_cmd->parsed()) return serve(args, std::cout);
-        for (const auto& [sub, command] : planned)
-          if (sub->parsed()) return planned_command(*command, args, std::cout, std::cerr);
+        if (compile_cmd->parsed()) return compile(args, search, std::cout);
         return kExitUsage;  // unreachable: CLI11 requires one subcommand
       },
       std::cerr);

@@ -222,7 +222,7 @@ struct Config {
   // compile
   std::string compile_topology;
   int64_t compile_topology_num_slices;
-  std::string compiled_plan_file;
+  std::string compiled_trainstep_file;
 
   // data preparation and eval data (schema: add_data_extra_keys)
   std::string eval_dataset_path;

@@ -27,7 +27,6 @@ using config::Origin;
 const std::map<std::string_view, std::string_view>& maxtext_only_keys() {
   static const std::map<std::string_view, std::string_view> keys = {
       {"attention", ""},
-      {"compiled_trainstep_file", "compiled_plan_file"},
       {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
       {"data_sharding", ""},
       {"dataset_name", "dataset_path"},

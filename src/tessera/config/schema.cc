@@ -384,12 +384,15 @@ void add_inference_and_compile_keys(std::vector<FieldSpec>& t) {
 
   Group c(t, "compile");
   c.text("compile_topology", &Config::compile_topology, R"("")",
-         "Target machine for `tessera compile`, which plans a run without the hardware.");
+         "Target of `tessera compile`, which plans a run without the hardware: a GPU node (h100-80gb), "
+         "N GPUs (h100-80gb-4), a TPU slice (v5e-256) or this machine's cores (cpu-4, cpu-1x2); "
+         "configs/targets.yml lists them.");
   c.integer("compile_topology_num_slices", &Config::compile_topology_num_slices, "-1",
-            or_minus_one(at_least(1), "one slice"), "Slices of the target machine.");
-  c.text("compiled_plan_file", &Config::compiled_plan_file, R"("")",
-         "`tessera compile` writes the plan here; `tessera train` loads it and checks that shapes, "
-         "mesh and schedule match.");
+            or_minus_one(at_least(1), "one slice"),
+            "Slices (TPU slices, GPU nodes) of compile_topology, joined by the dcn_* axes.");
+  c.text("compiled_trainstep_file", &Config::compiled_trainstep_file, R"("")",
+         "`tessera compile` writes the plan (JSON) here; `tessera train` with the same key checks its "
+         "model, shapes, mesh and schedule against the run and names the first difference.");
 }
 
 void add_data_extra_keys(std::vector<FieldSpec>& t) {

@@ -1,0 +1,195 @@
+// The roofline cost model (cost.h).
+#include "tessera/compile/cost.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "tessera/compile/planner.h"
+#include "tessera/core/error.h"
+#include "tessera/graph/op_table.h"
+
+namespace tessera::compile {
+namespace {
+
+// Per-call latency of one collective, seconds: a ring step's start-up on each kind of link. Round
+// figures (NCCL's and MPI's small-message latencies), stated in the assumptions.
+double link_latency(TargetKind kind, bool crosses_nodes) {
+  switch (kind) {
+    case TargetKind::kGpu:
+      return crosses_nodes ? 20e-6 : 10e-6;
+    case TargetKind::kTpu:
+      return crosses_nodes ? 30e-6 : 5e-6;
+    case TargetKind::kCpu:
+      return 20e-6;
+  }
+  return 0;
+}
+
+struct Link {
+  std::string name;
+  double bytes_per_s = 0;
+  bool crosses_nodes = false;
+};
+
+// The slowest link the ranks of `group` talk over. Axes run slowest-varying first, so an ICI
+// axis spans itself and the axes after it; on a GPU it stays in a node while that span fits.
+Link link_of(const std::vector<MeshAxis>& group, const Config& cfg, const Topology& topo) {
+  const Target& d = topo.device;
+  bool inter = false;
+  for (MeshAxis axis : group) {
+    const int a = static_cast<int>(axis);
+    if (cfg.dcn_parallelism[a] > 1) inter = true;
+    if (d.kind == TargetKind::kTpu) continue;
+    int64_t span = 1;
+    for (int b = a; b < kNumMeshAxes; ++b) span *= cfg.ici_parallelism[b];
+    if (span > d.devices_per_node) inter = true;
+  }
+  if (d.kind == TargetKind::kCpu) return {"shared memory", d.intra_node_bytes_per_s, false};
+  if (d.kind == TargetKind::kTpu)
+    return inter ? Link{"dcn", d.inter_node_bytes_per_s, true} : Link{"ici", d.intra_node_bytes_per_s, false};
+  return inter ? Link{"inter-node", d.inter_node_bytes_per_s, true}
+               : Link{"intra-node", d.intra_node_bytes_per_s, false};
+}
+
+std::string group_name(const std::vector<MeshAxis>& group) {
+  std::vector<std::string_view> names;
+  for (MeshAxis a : group) names.push_back(kMeshAxes[static_cast<int>(a)].axis);
+  return fmt::format("{}", fmt::join(names, "+"));
+}
+
+// Ring time of one collective of a `bytes` buffer over n ranks.
+double ring_seconds(graph::CollectiveKind kind, double bytes, int64_t n, const Link& link, TargetKind tk) {
+  if (n <= 1) return 0;
+  const double part = bytes * static_cast<double>(n - 1) / static_cast<double>(n);
+  const double moved = kind == graph::CollectiveKind::kAllReduce ? 2 * part : part;
+  return moved / link.bytes_per_s + link_latency(tk, link.crosses_nodes);
+}
+
+// The roofline over the plan's nodes: one pass (forward, recompute, backward) and the optimizer.
+struct NodeTotals {
+  double pass_seconds = 0, pass_flops = 0, pass_bytes = 0, recompute_flops = 0;
+  double optimizer_seconds = 0, optimizer_flops = 0, optimizer_bytes = 0;
+  double tp_bytes = 0;  // tensor-parallel collectives of the graph's nodes, one pass
+  int64_t tp_calls = 0;
+};
+
+NodeTotals node_totals(const graph::Graph& g, double flop_rate, double hbm_bytes_per_s) {
+  NodeTotals t;
+  for (const graph::Node& n : g.nodes()) {
+    const double f = graph::node_flops(g, n), b = graph::node_bytes(g, n);
+    const double s = std::max(f / flop_rate, b / hbm_bytes_per_s);
+    if (n.phase == graph::Phase::kOptimizer) {
+      t.optimizer_seconds += s;
+      t.optimizer_flops += f;
+      t.optimizer_bytes += b;
+      continue;
+    }
+    t.pass_seconds += s;
+    t.pass_flops += f;
+    t.pass_bytes += b;
+    if (n.phase == graph::Phase::kRecompute) t.recompute_flops += f;
+    const graph::NodeTraffic tr = graph::node_traffic(g, n);
+    t.tp_bytes += tr.bytes;
+    t.tp_calls += tr.calls;
+  }
+  return t;
+}
+
+std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, const Target& d) {
+  return {
+      fmt::format("each node takes max(FLOPs / ({:.1f} TFLOP/s {} peak x {:.0f}% GEMM efficiency), bytes / "
+                  "{:.0f} GB/s)",
+                  r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
+      "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes",
+      "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
+      "their axes, plus a fixed latency per call",
+      "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions "
+      "after "
+      "the last pass, ZeRO-1 gathers and tensor-parallel all-reduces do not",
+      "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, remat "
+      "not "
+      "counted) over the step time and the peak",
+  };
+}
+
+}  // namespace
+
+CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const Topology& topo) {
+  if (!plan.has_graph()) fail(ErrorKind::kInternal, "estimate_cost needs a plan with its graph");
+  const Target& d = topo.device;
+  const graph::Graph& g = plan.graph();
+  const double G = static_cast<double>(cfg.gradient_accumulation_steps);
+  const DType compute = cfg.dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+  CostReport r;
+  r.peak_flops = d.peak_for(compute);
+  const double rate = r.peak_flops * d.gemm_efficiency;
+
+  const NodeTotals n = node_totals(g, rate, d.hbm_bytes_per_s);
+  r.compute_seconds = G * n.pass_seconds;
+  r.optimizer_seconds = n.optimizer_seconds;
+  r.recompute_flops = G * n.recompute_flops;
+  r.model_flops = plan.flops().model_training() * G;
+  r.executed_flops = G * n.pass_flops + n.optimizer_flops;
+  r.memory_bytes = G * n.pass_bytes + n.optimizer_bytes;
+  const double tp_bytes = n.tp_bytes;
+  const int64_t tp_calls = n.tp_calls;
+
+  // The schedule's collectives, grouped by their axes.
+  const dist::MeshSizes sizes = mesh_sizes(cfg);
+  std::map<std::string, AxisTraffic> by_group;
+  auto entry = [&](const std::vector<MeshAxis>& group, bool overlapped) -> AxisTraffic& {
+    const std::string key = group_name(group) + (overlapped ? "" : " (exposed)");
+    AxisTraffic& t = by_group[key];
+    if (t.group.empty()) {
+      const Link link = link_of(group, cfg, topo);
+      t.group = key;
+      t.link = link.name;
+      t.link_bytes_per_s = link.bytes_per_s;
+      t.overlapped = overlapped;
+      t.ranks = 1;
+      for (MeshAxis a : group) t.ranks *= sizes[static_cast<int>(a)];
+    }
+    return t;
+  };
+  for (const graph::Collective& c : plan.collectives()) {
+    const bool exposed =
+        c.when == graph::CollectiveWhen::kBeforeUpdate || c.when == graph::CollectiveWhen::kAfterUpdate;
+    const double times = c.when == graph::CollectiveWhen::kEveryPass ? G : 1;
+    AxisTraffic& t = entry(c.group, !exposed);
+    const double bytes = static_cast<double>(c.bytes) * times;
+    (c.kind == graph::CollectiveKind::kAllGather       ? t.all_gather_bytes
+     : c.kind == graph::CollectiveKind::kReduceScatter ? t.reduce_scatter_bytes
+                                                       : t.all_reduce_bytes) += bytes;
+    t.calls += static_cast<int64_t>(times);
+    const Link link = link_of(c.group, cfg, topo);
+    const double s = times * ring_seconds(c.kind, static_cast<double>(c.bytes), t.ranks, link, d.kind);
+    t.seconds += s;
+    (exposed ? r.exposed_comm_seconds : r.overlapped_comm_seconds) += s;
+  }
+  if (tp_calls > 0) {
+    const std::vector<MeshAxis> tensor = {MeshAxis::kTensor};
+    AxisTraffic& t = entry(tensor, false);
+    t.group = "tensor (activations)";
+    t.all_reduce_bytes += G * tp_bytes;
+    t.calls += static_cast<int64_t>(G) * tp_calls;
+    const Link link = link_of(tensor, cfg, topo);
+    const double n = static_cast<double>(t.ranks);
+    t.seconds = G * (2 * tp_bytes * (n - 1) / n / link.bytes_per_s +
+                     static_cast<double>(tp_calls) * link_latency(d.kind, link.crosses_nodes));
+    r.tensor_comm_seconds = t.seconds;
+  }
+  for (auto& [k, t] : by_group) r.traffic.push_back(t);
+
+  r.step_seconds = std::max(r.compute_seconds, r.overlapped_comm_seconds) + r.exposed_comm_seconds +
+                   r.tensor_comm_seconds + r.optimizer_seconds;
+  r.mfu = r.step_seconds > 0 ? r.model_flops / (r.step_seconds * r.peak_flops) : 0;
+  const double tokens =
+      static_cast<double>(cfg.micro_batch_size_to_train_on) * static_cast<double>(cfg.max_target_length) * G;
+  r.tokens_per_s_per_device = tokens / static_cast<double>(cfg.num_devices) / r.step_seconds;
+
+  r.assumptions = assumptions_of(r, cfg, d);
+  return r;
+}
+
+}  // namespace tessera::compile

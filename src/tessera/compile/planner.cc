@@ -1,0 +1,116 @@
+// Rank-class plans, memory per device and the verdict (planner.h).
+#include "tessera/compile/planner.h"
+
+#include <fmt/format.h>
+
+#include "tessera/core/error.h"
+#include "tessera/models/llama.h"
+#include "tessera/models/tensor_parallel.h"
+
+namespace tessera::compile {
+
+DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device) {
+  const graph::MemoryReport& m = plan.memory();
+  DeviceMemory d;
+  d.params = m.params + m.param_copies;
+  d.grads = m.grads;
+  d.optimizer = m.optimizer;
+  d.activations = m.activations;
+  d.collective = m.gathered + m.collective_scratch_estimate;
+  d.other = m.inputs + static_cast<size_t>(device.reserved_bytes);
+  return d;
+}
+
+void reject_unbuilt_parallelism(const Config& cfg) {
+  const dist::MeshSizes sizes = mesh_sizes(cfg);
+  for (int a = 0; a < kNumMeshAxes; ++a) {
+    const auto axis = static_cast<MeshAxis>(a);
+    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor || sizes[a] == 1)
+      continue;
+    fail(
+        ErrorKind::kConfig,
+        "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
+        "fsdp and tensor only; {} parallelism{} is not in this build yet, so it cannot be planned either",
+        kMeshAxes[a].axis, sizes[a], kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key,
+        axis == MeshAxis::kExpert ? " (and mixture-of-experts layers)" : "");
+  }
+}
+
+dist::MeshSizes mesh_sizes(const Config& cfg) {
+  dist::MeshSizes s;
+  for (int a = 0; a < kNumMeshAxes; ++a) s[a] = cfg.ici_parallelism[a] * cfg.dcn_parallelism[a];
+  return s;
+}
+
+RankPlan build_rank_plan(const Config& cfg, const dist::MeshSizes& coords) {
+  const dist::MeshSizes sizes = mesh_sizes(cfg);
+  models::ModelSpec spec = models::model_spec_from_config(cfg);
+  models::set_tensor_parallel(spec, cfg, coords[static_cast<int>(MeshAxis::kTensor)]);
+  // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
+  // data x fsdp ranks (tensor ranks share their rows).
+  const int64_t readers = sizes[static_cast<int>(MeshAxis::kData)] * sizes[static_cast<int>(MeshAxis::kFsdp)];
+  if (cfg.micro_batch_size_to_train_on % readers != 0)
+    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
+         cfg.micro_batch_size_to_train_on, readers);
+  spec.batch = cfg.micro_batch_size_to_train_on / readers;
+  graph::Graph g;
+  models::build_llama(g, spec);
+  graph::PlanOptions po;
+  po.remat_policy = cfg.remat_policy;
+  po.optimizer = cfg.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;
+  po.sharding.sizes = sizes;
+  po.sharding.coords = coords;
+  po.sharding.rules = cfg.logical_axis_rules;
+  po.sharding.shard_optimizer_over_data = cfg.shard_optimizer_over_data;
+  return RankPlan{.coords = coords, .model = spec, .plan = graph::PlanSpec(std::move(g), po)};
+}
+
+bool same_rank_class(const graph::PlanSpec& a, const graph::PlanSpec& b) {
+  if (!(a.memory() == b.memory()) || !(a.flops() == b.flops()) || !(a.nodes() == b.nodes())) return false;
+  if (a.collectives().size() != b.collectives().size()) return false;
+  for (size_t i = 0; i < a.collectives().size(); ++i) {
+    const graph::Collective &x = a.collectives()[i], &y = b.collectives()[i];
+    if (x.kind != y.kind || x.when != y.when || x.group != y.group || x.bytes != y.bytes) return false;
+  }
+  return true;
+}
+
+Topology topology_of(const Config& cfg, const Catalogue& catalogue, const CpuMachine* cpu) {
+  return resolve_topology(catalogue, cfg.compile_topology, cfg.compile_topology_num_slices, cpu);
+}
+
+CompiledRun compile_run(const Config& cfg, const Topology& topology, bool first_class_only) {
+  if (cfg.num_devices != topology.num_devices() || cfg.num_slices != topology.num_slices)
+    fail(ErrorKind::kInternal,
+         "compile_run: the config was resolved for {} devices in {} slices, the topology has {} in {}",
+         cfg.num_devices, cfg.num_slices, topology.num_devices(), topology.num_slices);
+  reject_unbuilt_parallelism(cfg);
+  CompiledRun run;
+  run.cfg = cfg;
+  run.topology = topology;
+  const dist::MeshSizes sizes = mesh_sizes(cfg);
+  // The corners: every combination of 0 and size-1 over the axes larger than one.
+  std::vector<int> axes;
+  for (int a = 0; a < kNumMeshAxes; ++a)
+    if (sizes[a] > 1) axes.push_back(a);
+  const int64_t corners = first_class_only ? 1 : int64_t{1} << axes.size();
+  for (int64_t c = 0; c < corners; ++c) {
+    dist::MeshSizes coords{};
+    for (size_t i = 0; i < axes.size(); ++i)
+      if ((c >> i) & 1) coords[axes[i]] = sizes[axes[i]] - 1;
+    RankPlan rp = build_rank_plan(cfg, coords);
+    ++run.corners_planned;
+    bool seen = false;
+    for (const RankPlan& k : run.classes) seen = seen || same_rank_class(k.plan, rp.plan);
+    if (!seen) run.classes.push_back(std::move(rp));
+  }
+  for (const RankPlan& k : run.classes) {
+    run.memory.push_back(device_memory(k.plan, topology.device));
+    run.verdict.needed = std::max(run.verdict.needed, run.memory.back().total());
+  }
+  // `other` holds the runtime's reservation; the verdict compares against the whole device.
+  run.verdict.usable = topology.device.memory_bytes;
+  return run;
+}
+
+}  // namespace tessera::compile

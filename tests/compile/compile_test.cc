@@ -1,0 +1,308 @@
+// tessera compile: the verdict and its exit status, every rank class planned, the plan file's round
+// trip and each mismatch it names, the search's layouts, and the planner's plan against the
+// trainer's.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tessera/compile/cost.h"
+#include "tessera/compile/plan_file.h"
+#include "tessera/compile/planner.h"
+#include "tessera/compile/search.h"
+#include "tessera/core/error.h"
+#include "tessera/train/trainer.h"
+#include "testing/process_util.h"
+
+namespace tessera::compile {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+fs::path base_config() {
+  return fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml";
+}
+
+const Catalogue& catalogue() {
+  static const Catalogue c = load_catalogue(default_catalogue_path());
+  return c;
+}
+
+std::vector<std::string> small(std::vector<std::string> more = {}) {
+  std::vector<std::string> o;
+  for (std::string d : {"model_name=llama-test", "per_device_batch_size=2", "max_target_length=32",
+                        "ici_fsdp_parallelism=1"}) {
+    const std::string key = d.substr(0, d.find('=') + 1);
+    bool given = false;
+    for (const std::string& m : more) given = given || m.rfind(key, 0) == 0;
+    if (!given) o.push_back(d);
+  }
+  o.insert(o.end(), more.begin(), more.end());
+  return o;
+}
+
+// The config resolved for `topology` and the run compiled on it.
+CompiledRun compile_on(const std::string& topology, const std::vector<std::string>& overrides) {
+  const Topology t = resolve_topology(catalogue(), topology, 1, nullptr);
+  const Config cfg = load_config(base_config(), overrides, {t.num_devices(), t.num_slices});
+  return compile_run(cfg, t);
+}
+
+TEST(Compile, VerdictComparesTheLargestRankWithTheDevice) {
+  CompiledRun fits = compile_on("h100-80gb-1", small());
+  EXPECT_TRUE(fits.verdict.fits());
+  EXPECT_EQ(fits.verdict.needed, fits.memory.at(0).total());
+  // Llama-2-7B with an f32 master, gradient and AdamW state needs about 16 bytes a parameter.
+  CompiledRun oom = compile_on("a100-40gb-1", {"model_name=llama2-7b", "per_device_batch_size=1",
+                                               "max_target_length=512", "ici_fsdp_parallelism=1"});
+  EXPECT_FALSE(oom.verdict.fits());
+  EXPECT_GT(static_cast<double>(oom.memory.at(0).params + oom.memory.at(0).optimizer), 6.7e9 * 12 * 0.99);
+  EXPECT_LT(oom.verdict.margin_bytes(), -40 * kGiB);
+}
+
+TEST(Compile, ExitStatusSaysWhetherItFits) {
+  const std::string bin = testing::tessera_binary().string(), cfg = base_config().string();
+  if (!fs::is_regular_file(bin)) GTEST_SKIP() << "no tessera binary at " << bin;
+  auto run = [&](const std::string& args) {
+    return testing::run_command(bin + " compile " + cfg + " " + args, 120);
+  };
+  testing::CommandResult ok =
+      run("model_name=llama-test compile_topology=h100-80gb-1 per_device_batch_size=2");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  for (const char* want :
+       {"verdict: fits", "parameters", "gradients", "optimizer state", "activations (remat full)",
+        "collective buffers", "other", "estimated step time", "estimated MFU", "assumptions:"})
+    EXPECT_NE(ok.output.find(want), std::string::npos) << want << " in\n" << ok.output;
+  testing::CommandResult oom =
+      run("model_name=llama2-7b compile_topology=a100-40gb-1 per_device_batch_size=1");
+  EXPECT_EQ(oom.exit_code, 4) << oom.output;
+  EXPECT_NE(oom.output.find("verdict: OUT OF MEMORY by"), std::string::npos) << oom.output;
+  testing::CommandResult bad = run("model_name=llama-test compile_topology=h800");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("h100-80gb"), std::string::npos) << bad.output;
+}
+
+// On data 2 x fsdp 2 x tensor 2, the 8 corners are the 8 ranks: each is planned, and a plan built
+// for any rank is one of the classes.
+TEST(Compile, EveryRankClassIsPlanned) {
+  CompiledRun run = compile_on("h100-80gb", small({"ici_data_parallelism=2", "ici_fsdp_parallelism=2",
+                                                   "ici_tensor_parallelism=2", "dcn_data_parallelism=1"}));
+  EXPECT_EQ(run.corners_planned, 8);
+  ASSERT_GE(run.classes.size(), 1u);
+  for (int d = 0; d < 2; ++d)
+    for (int f = 0; f < 2; ++f)
+      for (int t = 0; t < 2; ++t) {
+        dist::MeshSizes coords{};
+        coords[static_cast<int>(MeshAxis::kData)] = d;
+        coords[static_cast<int>(MeshAxis::kFsdp)] = f;
+        coords[static_cast<int>(MeshAxis::kTensor)] = t;
+        const RankPlan rp = build_rank_plan(run.cfg, coords);
+        bool found = false;
+        for (const RankPlan& k : run.classes) found = found || same_rank_class(k.plan, rp.plan);
+        EXPECT_TRUE(found) << "rank " << d << "," << f << "," << t;
+      }
+  // Each class is a sharded plan: FSDP gathers and reduce-scatters, tensor all-reduces in the graph.
+  const CostReport c = estimate_cost(run.classes[0].plan, run.cfg, run.topology);
+  bool fsdp = false, tensor = false;
+  for (const AxisTraffic& t : c.traffic) {
+    fsdp = fsdp || (t.group == "fsdp" && t.all_gather_bytes > 0 && t.reduce_scatter_bytes > 0);
+    tensor = tensor || (t.group.rfind("tensor", 0) == 0 && t.all_reduce_bytes > 0);
+  }
+  EXPECT_TRUE(fsdp);
+  EXPECT_TRUE(tensor);
+  EXPECT_GT(c.step_seconds, 0);
+  EXPECT_GT(c.mfu, 0);
+  EXPECT_LT(c.mfu, 1);
+}
+
+TEST(Compile, ExpertParallelismIsRefusedByName) {
+  try {
+    compile_on("h100-80gb-2", small({"ici_expert_parallelism=2"}));
+    FAIL() << "expert parallelism planned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(
+        std::string(e.what()).find("expert parallelism (and mixture-of-experts layers) is not in this build"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// The planner builds what the trainer builds.
+TEST(Compile, PlannerAgreesWithTheTrainer) {
+  Config cfg = load_config(base_config(), small({"steps=1", "enable_checkpointing=false",
+                                                 "enable_tensorboard=false", "device_peak_tflops=1"}));
+  std::ostringstream log;
+  train::Trainer trainer(cfg, log);
+  const RankPlan rp = build_rank_plan(cfg, dist::MeshSizes{});
+  EXPECT_EQ(rp.plan.fingerprint(), trainer.plan().spec().fingerprint());
+}
+
+class PlanFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera_plan_file_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    run_ = std::make_unique<CompiledRun>(compile_on("h100-80gb-2", small({"ici_fsdp_parallelism=2"})));
+    path_ = dir_ / "plan.json";
+    write_plan_file(path_, *run_);
+    file_ = read_plan_file(path_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // The first difference for the run `overrides` resolve to, at rank 0.
+  std::string difference(const nlohmann::json& file, const std::vector<std::string>& overrides) {
+    const Config cfg = load_config(base_config(), overrides, {2, 1});
+    return first_difference(file, cfg, build_rank_plan(cfg, dist::MeshSizes{}));
+  }
+  fs::path dir_, path_;
+  std::unique_ptr<CompiledRun> run_;
+  nlohmann::json file_;
+};
+
+TEST_F(PlanFile, RoundTripsAndMatchesEveryRank) {
+  ASSERT_EQ(file_.at("classes").size(), run_->classes.size());
+  for (size_t i = 0; i < run_->classes.size(); ++i) {
+    const graph::PlanSpec back = graph::PlanSpec::from_json(file_["classes"][i].at("plan"));
+    EXPECT_TRUE(back == run_->classes[i].plan);
+    EXPECT_EQ(back.fingerprint(), run_->classes[i].plan.fingerprint());
+  }
+  for (int64_t f = 0; f < 2; ++f) {
+    dist::MeshSizes coords{};
+    coords[static_cast<int>(MeshAxis::kFsdp)] = f;
+    EXPECT_EQ(first_difference(file_, run_->cfg, build_rank_plan(run_->cfg, coords)), "")
+        << "fsdp rank " << f;
+  }
+  EXPECT_NO_THROW(check_plan_file(path_, run_->cfg, build_rank_plan(run_->cfg, dist::MeshSizes{})));
+}
+
+TEST_F(PlanFile, NamesEachMismatch) {
+  EXPECT_NE(
+      difference(file_, small({"ici_fsdp_parallelism=2", "override_model_config=true", "base_emb_dim=128"}))
+          .find("model: emb_dim is 64 in the file, 128"),
+      std::string::npos);
+  EXPECT_NE(difference(file_, small({"ici_fsdp_parallelism=2", "per_device_batch_size=4"}))
+                .find("model: batch_per_rank is 2 in the file, 4 in this run"),
+            std::string::npos);
+  EXPECT_NE(difference(file_, small({"ici_fsdp_parallelism=2", "remat_policy=none"}))
+                .find("run: remat_policy is \"full\" in the file, \"none\" in this run"),
+            std::string::npos);
+  EXPECT_NE(difference(file_, small({"ici_fsdp_parallelism=1", "ici_data_parallelism=2"}))
+                .find("mesh ici: data is 1 in the file, 2 in this run"),
+            std::string::npos);
+  // What only the plans hold: a node's shape, a collective, the memory.
+  const std::vector<std::string> same = small({"ici_fsdp_parallelism=2"});
+  nlohmann::json node = file_;
+  node["classes"][0]["plan"]["nodes"][3]["out"][0][3][0] = 12345;
+  EXPECT_NE(difference(node, same).find("graph: node 3"), std::string::npos) << difference(node, same);
+  nlohmann::json coll = file_;
+  ASSERT_FALSE(coll["classes"][0]["plan"]["schedule"].empty());
+  coll["classes"][0]["plan"]["schedule"][0]["bytes"] = 7;
+  EXPECT_NE(difference(coll, same).find("schedule: collective 0"), std::string::npos)
+      << difference(coll, same);
+  nlohmann::json mem = file_;
+  mem["classes"][0]["plan"]["memory"]["activations"] = 1;
+  EXPECT_NE(difference(mem, same).find("memory:"), std::string::npos) << difference(mem, same);
+  try {
+    const Config cfg =
+        load_config(base_config(), small({"ici_fsdp_parallelism=2", "remat_policy=none"}), {2, 1});
+    check_plan_file(path_, cfg, build_rank_plan(cfg, dist::MeshSizes{}));
+    FAIL() << "a different remat_policy accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("config key 'compiled_trainstep_file'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Search, ReturnsOnlyLayoutsThatFit) {
+  Topology t = resolve_topology(catalogue(), "h100-80gb-4", 1, nullptr);
+  const std::vector<std::string> base = {"model_name=llama-test", "max_target_length=64"};
+  // A device that holds the smallest layouts and not the largest.
+  auto need = [&](const std::vector<std::string>& o) {
+    std::vector<std::string> all = base;
+    all.insert(all.end(), o.begin(), o.end());
+    return static_cast<double>(compile_run(load_config(base_config(), all, {4, 1}), t).verdict.needed);
+  };
+  t.device.reserved_bytes = 0;
+  const double lo = need(
+      {"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=full", "per_device_batch_size=1"});
+  const double hi = need(
+      {"ici_fsdp_parallelism=1", "ici_data_parallelism=4", "remat_policy=none", "per_device_batch_size=16"});
+  ASSERT_LT(lo, hi);
+  t.device.memory_bytes = (lo + hi) / 2;
+  SearchOptions opts;
+  opts.keep = 100;
+  const SearchReport r = search_layouts(base_config(), base, t, opts);
+  EXPECT_GT(r.too_big, 0);
+  ASSERT_FALSE(r.fitting.empty());
+  for (size_t i = 0; i < r.fitting.size(); ++i) {
+    const SearchResult& s = r.fitting[i];
+    EXPECT_TRUE(s.verdict.fits()) << s.layout;
+    std::vector<std::string> all = base;
+    all.insert(all.end(), s.overrides.begin(), s.overrides.end());
+    EXPECT_TRUE(compile_run(load_config(base_config(), all, {4, 1}), t).verdict.fits()) << s.layout;
+    if (i > 0) {
+      EXPECT_GE(r.fitting[i - 1].cost.tokens_per_s_per_device, s.cost.tokens_per_s_per_device);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::compile
+
+namespace tessera::compile {
+namespace {
+
+// compile writes compiled_trainstep_file; train with the same key checks it before it allocates.
+TEST(PlanFileCli, TrainChecksThePlanCompileWrote) {
+  const std::string bin = testing::tessera_binary().string(), cfg = base_config().string();
+  if (!fs::is_regular_file(bin)) GTEST_SKIP() << "no tessera binary at " << bin;
+  const fs::path dir = fs::temp_directory_path() / ("tessera_plan_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string common =
+      "model_name=llama-test per_device_batch_size=2 max_target_length=16 ici_fsdp_parallelism=1 "
+      "compiled_trainstep_file=" +
+      (dir / "plan.json").string();
+  const std::string train = bin + " train " + cfg + " " + common +
+                            " steps=1 run_name=p base_output_directory=" + dir.string() +
+                            " enable_checkpointing=false enable_tensorboard=false device_peak_tflops=1";
+  testing::CommandResult c =
+      testing::run_command(bin + " compile " + cfg + " " + common + " compile_topology=cpu-1", 120);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  testing::CommandResult ok = testing::run_command(train, 120);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("plan: matches compiled_trainstep_file"), std::string::npos) << ok.output;
+  testing::CommandResult bad = testing::run_command(train + " remat_policy=none", 120);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("run: remat_policy is \"full\" in the file, \"none\" in this run"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_EQ(bad.output.find("completed step"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::compile
+
+namespace tessera::compile {
+namespace {
+
+// MaxText's README example as written there: a 16B model (global_parameter_scale=16) on two v5e
+// pods of 256 chips, planned on every rank class and compared with a chip's 16 GiB.
+TEST(Compile, MaxTextReadmeExample) {
+  const Topology t = resolve_topology(catalogue(), "v5e-256", 2, nullptr);
+  const std::vector<std::string> keys = {"compile_topology=v5e-256", "compile_topology_num_slices=2",
+                                         "global_parameter_scale=16", "per_device_batch_size=4"};
+  const Config cfg = load_config(base_config(), keys, {t.num_devices(), t.num_slices});
+  EXPECT_EQ(cfg.num_devices, 512);
+  EXPECT_EQ(cfg.emb_dim, 4096);
+  const CompiledRun run = compile_run(cfg, t);
+  EXPECT_NEAR(static_cast<double>(run.classes.at(0).model.num_params()) / 1e9, 15.8, 0.1);
+  EXPECT_EQ(run.corners_planned, 4);  // data 2 (dcn) x fsdp 256 (ici)
+  EXPECT_EQ(run.verdict.usable, 16 * kGiB);
+  EXPECT_GT(run.verdict.needed, 10 * kGiB);  // about 16.5 GiB: the FSDP layer buffers dominate
+}
+
+}  // namespace
+}  // namespace tessera::compile
