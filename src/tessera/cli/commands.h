@@ -18,7 +18,8 @@ class App;
 
 namespace tessera::cli {
 
-enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3 };
+// kExitHang: the hang watchdog stopped the job (train/diagnostics.h).
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3, kExitHang = 4 };
 
 inline constexpr std::string_view kVersion = "0.1.0";
 

@@ -67,6 +67,16 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
   if (sync_) sync_->begin_pass(forward_only, last_micro_step);
   for (int i = begin; i < end; ++i) {
     if (forward_only && nodes[i].phase != Phase::kForward) continue;
+    if (observer_) {
+      observer_->at(i, NodeStage::kSyncBegin);
+      if (sync_) sync_->before_node(i);
+      observer_->at(i, NodeStage::kKernelBegin);
+      run(nodes[i]);
+      observer_->at(i, NodeStage::kKernelEnd);
+      if (sync_) sync_->after_node(i);
+      observer_->at(i, NodeStage::kSyncEnd);
+      continue;
+    }
     if (!profiling_) {
       if (sync_) sync_->before_node(i);
       run(nodes[i]);
@@ -144,7 +154,11 @@ OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   ctx_.sgd_lr = step.sgd_lr;
   ctx_.grad_scale = r.clip_scale / step.grad_divisor;
   const auto& nodes = spec_.graph().nodes();
-  for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
+  for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) {
+    if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelBegin);
+    run(nodes[i]);
+    if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelEnd);
+  }
   if (sync_) sync_->after_optimizer();
   return r;
 }
