@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <libunwind.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -286,7 +287,9 @@ const char* fatal_name(int sig) {
 void fatal_handler(int sig, siginfo_t* info, void*) {
   if (!g_in_fatal.exchange(true)) {
     // Not async-signal-safe past this point (formatting, libdw): the process is dying anyway.
-    const std::string head = fmt::format("\n*** {} (address {}) ***\n", fatal_name(sig), info ? info->si_addr : nullptr);
+    const bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
+    const std::string head = fault && info ? fmt::format("\n*** {} (address {}) ***\n", fatal_name(sig), info->si_addr)
+                                           : fmt::format("\n*** {} ***\n", fatal_name(sig));
     write_all(g_fatal_fd.load(), head);
     const int n = capture_all(1000);
     write_all(g_fatal_fd.load(), "stack traces of " + describe_activity() + "\n" + format_slots(n) + "\n");
@@ -309,12 +312,18 @@ void install_stack_trace_handlers(int fd) {
   host_name();
   static std::once_flag once;
   std::call_once(once, [] {
-    // An alternate stack, so that a stack overflow's SIGSEGV can still be reported.
-    static std::vector<char> alt(1 << 16);
-    stack_t ss = {};
-    ss.ss_sp = alt.data();
-    ss.ss_size = alt.size();
-    sigaltstack(&ss, nullptr);
+    // An alternate stack, so that a stack overflow's SIGSEGV can still be reported: mapped, with
+    // a guard page below it, and large (4 MiB) because the dump symbolizes on it (libdw and the
+    // demangler use tens of KiB).
+    constexpr size_t kAltStack = size_t{4} << 20, kGuard = 4096;
+    void* alt = mmap(nullptr, kAltStack + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (alt != MAP_FAILED) {
+      mprotect(alt, kGuard, PROT_NONE);
+      stack_t ss = {};
+      ss.ss_sp = static_cast<char*>(alt) + kGuard;
+      ss.ss_size = kAltStack;
+      sigaltstack(&ss, nullptr);
+    }
     struct sigaction sa = {};
     sa.sa_sigaction = fatal_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
