@@ -52,7 +52,8 @@ TEST(HangWatchdog, NamesTheRankThatSleepsInACollective) {
   EXPECT_NE(out.find("=== stack traces (hang watchdog: step 4"), std::string::npos) << out;
   EXPECT_NE(out.find("Executor::run_range"), std::string::npos) << out;
   for (int rank : {0, 1}) {
-    const fs::path report = dir.path / "hang" / "diagnostics" / ("hang.rank" + std::to_string(rank) + ".json");
+    const fs::path report =
+        dir.path / "hang" / "diagnostics" / ("hang.rank" + std::to_string(rank) + ".json");
     ASSERT_TRUE(fs::exists(report)) << report;
     std::ifstream in(report);
     const nlohmann::json j = nlohmann::json::parse(in);
@@ -60,7 +61,8 @@ TEST(HangWatchdog, NamesTheRankThatSleepsInACollective) {
     EXPECT_EQ(j.at("step"), 4);
     EXPECT_EQ(j.at("in_collective_wait"), rank == 0);
   }
-  std::cout << "[ hang     ] the job ended " << seconds << " s after it started (exit " << r.exit_code << ")\n";
+  std::cout << "[ hang     ] the job ended " << seconds << " s after it started (exit " << r.exit_code
+            << ")\n";
 }
 
 }  // namespace

@@ -77,9 +77,9 @@ std::string config_error(const Config& cfg) {
 TEST(Profiler, TraceCoversTheProfiledStepsWithEveryNode) {
   TempDir dir;
   std::ostringstream log;
-  Config cfg = diag_config(dir.path, {"profiler=trace", "skip_first_n_steps_for_profiler=2", "profiler_steps=3",
-                                      "enable_checkpointing=true", "checkpoint_period=3",
-                                      "async_checkpointing=true"});
+  Config cfg =
+      diag_config(dir.path, {"profiler=trace", "skip_first_n_steps_for_profiler=2", "profiler_steps=3",
+                             "enable_checkpointing=true", "checkpoint_period=3", "async_checkpointing=true"});
   train::Trainer t(cfg, log);
   // Time for the background checkpoint write (started after step 2) to finish inside the profile.
   t.run([](const train::StepMetrics&) { std::this_thread::sleep_for(std::chrono::milliseconds(150)); });
@@ -94,7 +94,8 @@ TEST(Profiler, TraceCoversTheProfiledStepsWithEveryNode) {
   for (const auto& e : j.at("traceEvents")) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid") && e.contains("name")) << e.dump();
     if (e.at("ph") != "X") continue;
-    ASSERT_TRUE(e.at("ts").is_number() && e.at("dur").is_number() && e.at("dur").get<double>() >= 0) << e.dump();
+    ASSERT_TRUE(e.at("ts").is_number() && e.at("dur").is_number() && e.at("dur").get<double>() >= 0)
+        << e.dump();
     const auto& args = e.at("args");
     const int64_t step = args.value("step", int64_t{-1});
     if (e.at("name") == "step") steps.insert(step);
@@ -134,14 +135,17 @@ TEST(Profiler, RefusesWhatItCannotDo) {
       EXPECT_NE(what.find("trace"), std::string::npos) << what;
     }
   }
-  const std::string e = config_error(diag_config(dir.path, {"profiler=trace", "skip_first_n_steps_for_profiler=6"}));
+  const std::string e =
+      config_error(diag_config(dir.path, {"profiler=trace", "skip_first_n_steps_for_profiler=6"}));
   EXPECT_NE(e.find("skip_first_n_steps_for_profiler=6 leaves no step to profile"), std::string::npos) << e;
   EXPECT_THROW(diag_config(dir.path, {"profiler=perfetto"}), Error);
   const std::string g = config_error(diag_config(dir.path, {"monitor_goodput=true"}));
   EXPECT_NE(g.find("monitor_goodput=true needs enable_goodput_recording=true"), std::string::npos) << g;
 }
 
-[[gnu::noinline]] void parked_in_a_named_function(std::future<void> stop) { stop.wait(); }
+[[gnu::noinline]] void parked_in_a_named_function(std::future<void> stop) {
+  stop.wait();
+}
 
 TEST(StackTrace, DumpsEveryThreadSymbolized) {
   std::promise<void> stop;
@@ -199,8 +203,8 @@ TEST(StackTrace, PeriodicDumpsGoToTheRunFolderPerRank) {
 TEST(Goodput, CountsTheStepsAResumeRecomputes) {
   TempDir dir;
   const std::vector<std::string> keys = {"enable_goodput_recording=true", "monitor_goodput=true",
-                                         "enable_tensorboard=true", "enable_checkpointing=true",
-                                         "checkpoint_period=3", "async_checkpointing=false"};
+                                         "enable_tensorboard=true",       "enable_checkpointing=true",
+                                         "checkpoint_period=3",           "async_checkpointing=false"};
   {
     std::ostringstream log;
     train::Trainer t(diag_config(dir.path, keys), log);

@@ -439,8 +439,8 @@ void add_diagnostics_keys(std::vector<FieldSpec>& t) {
          "hang_watchdog_min_seconds) is a hang: every rank dumps its stacks and the collective it waits "
          "in, and the job exits non-zero naming the slow rank. 0 = no watchdog.");
   g.real("hang_watchdog_min_seconds", &Config::hang_watchdog_min_seconds, "300", above(0),
-         "The hang watchdog's floor: no step shorter than this is a hang (also the limit for the first "
-         "step, which has no median yet).");
+         "The hang watchdog's floor: no step shorter than this is a hang. The first step, which has no "
+         "median yet, may take hang_watchdog_step_multiple times this.");
   g.choice("profiler", &Config::profiler, R"("")", {"", "trace"}, {"xplane", "nsys"},
            "\"trace\": a Chrome trace-event JSON per rank (Perfetto, chrome://tracing) under "
            "{base_output_directory}/{run_name}/profile/; \"\" = none. MaxText's xplane and nsys are refused.");

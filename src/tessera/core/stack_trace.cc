@@ -51,8 +51,10 @@ InjectedSleep& injected_sleep() {
   std::call_once(once, [] {
     const char* v = std::getenv("TESSERA_TEST_SLEEP_IN_COLLECTIVE");
     long long step = -1;
-    if (v && std::sscanf(v, "%d:%lld:%lf", &s.rank, &step, &s.seconds) == 3) s.step = step;
-    else s.rank = -1;
+    if (v && std::sscanf(v, "%d:%lld:%lf", &s.rank, &step, &s.seconds) == 3)
+      s.step = step;
+    else
+      s.rank = -1;
   });
   return s;
 }
@@ -60,7 +62,8 @@ InjectedSleep& injected_sleep() {
 }  // namespace
 
 int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -89,7 +92,8 @@ std::string describe_activity() {
   const int64_t step = a.step.load();
   s += step >= 0 ? fmt::format(", step {}", step) : std::string(", before the first step");
   if (const char* n = a.node_name.load())
-    s += fmt::format(", node {} #{} ({})", n, a.node_index.load(), a.node_phase.load() ? a.node_phase.load() : "?");
+    s += fmt::format(", node {} #{} ({})", n, a.node_index.load(),
+                     a.node_phase.load() ? a.node_phase.load() : "?");
   if (const char* r = a.region.load()) s += fmt::format(", in {}", r);
   if (const char* c = a.collective.load())
     s += fmt::format(", collective {} ({})", c,
@@ -111,12 +115,16 @@ struct Slot {
   void* pc[kMaxFrames];
 };
 Slot g_slots[kMaxThreads];
-std::mutex g_dump_mutex;          // one dump at a time (periodic, watchdog)
+std::mutex g_dump_mutex;  // one dump at a time (periodic, watchdog)
 std::atomic<int> g_fatal_fd{2};
 std::atomic<bool> g_in_fatal{false};
-int capture_signal() { return SIGRTMIN + 4; }
+int capture_signal() {
+  return SIGRTMIN + 4;
+}
 
-pid_t this_tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+pid_t this_tid() {
+  return static_cast<pid_t>(syscall(SYS_gettid));
+}
 
 void capture_handler(int, siginfo_t*, void*) {
   const int saved_errno = errno;
@@ -169,7 +177,8 @@ class Symbolizer {
     callbacks_.find_elf = dwfl_linux_proc_find_elf;
     callbacks_.find_debuginfo = dwfl_standard_find_debuginfo;
     dwfl_ = dwfl_begin(&callbacks_);
-    if (dwfl_ && (dwfl_linux_proc_report(dwfl_, getpid()) != 0 || dwfl_report_end(dwfl_, nullptr, nullptr) != 0)) {
+    if (dwfl_ &&
+        (dwfl_linux_proc_report(dwfl_, getpid()) != 0 || dwfl_report_end(dwfl_, nullptr, nullptr) != 0)) {
       dwfl_end(dwfl_);
       dwfl_ = nullptr;
     }
@@ -258,7 +267,8 @@ std::string format_slots(int n) {
       if (sym.describe(reinterpret_cast<uintptr_t>(s.pc[f]), false).find("__restore_rt") != std::string::npos)
         first = f + 1;
     for (int f = first; f < s.depth; ++f)
-      out += fmt::format("  #{:<2} {}\n", f - first, sym.describe(reinterpret_cast<uintptr_t>(s.pc[f]), f > first));
+      out += fmt::format("  #{:<2} {}\n", f - first,
+                         sym.describe(reinterpret_cast<uintptr_t>(s.pc[f]), f > first));
   }
   for (int i = 0; i < n; ++i) g_slots[i].tid.store(0, std::memory_order_relaxed);
   return out;
@@ -275,11 +285,16 @@ void write_all(int fd, const std::string& s) {
 
 const char* fatal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGABRT:
+      return "SIGABRT";
   }
   return "a fatal signal";
 }
@@ -288,8 +303,9 @@ void fatal_handler(int sig, siginfo_t* info, void*) {
   if (!g_in_fatal.exchange(true)) {
     // Not async-signal-safe past this point (formatting, libdw): the process is dying anyway.
     const bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
-    const std::string head = fault && info ? fmt::format("\n*** {} (address {}) ***\n", fatal_name(sig), info->si_addr)
-                                           : fmt::format("\n*** {} ***\n", fatal_name(sig));
+    const std::string head = fault && info
+                                 ? fmt::format("\n*** {} (address {}) ***\n", fatal_name(sig), info->si_addr)
+                                 : fmt::format("\n*** {} ***\n", fatal_name(sig));
     write_all(g_fatal_fd.load(), head);
     const int n = capture_all(1000);
     write_all(g_fatal_fd.load(), "stack traces of " + describe_activity() + "\n" + format_slots(n) + "\n");

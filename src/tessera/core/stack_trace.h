@@ -24,8 +24,8 @@ namespace tessera {
 struct Activity {
   std::atomic<int> rank{0};
   std::atomic<int> world_size{1};
-  std::atomic<int64_t> step{-1};              // the optimizer step being run; -1 before the first
-  std::atomic<int> node_index{-1};            // the graph node being run; -1 between nodes
+  std::atomic<int64_t> step{-1};    // the optimizer step being run; -1 before the first
+  std::atomic<int> node_index{-1};  // the graph node being run; -1 between nodes
   std::atomic<const char*> node_name{nullptr};
   std::atomic<const char*> node_phase{nullptr};  // "forward", "recompute", "backward", "optimizer"
   std::atomic<const char*> collective{nullptr};  // the collective call in progress, e.g. "MPI_Allreduce"

@@ -35,21 +35,30 @@ void record_collective(const char* call, int64_t t0, int64_t t1) {
 
 const char* region_name(Region r) {
   switch (r) {
-    case Region::kData: return "data loader";
-    case Region::kCheckpointSave: return "checkpoint save";
-    case Region::kCheckpointRestore: return "checkpoint restore";
-    case Region::kCheckpointWrite: return "checkpoint write";
-    case Region::kEval: return "evaluation";
+    case Region::kData:
+      return "data loader";
+    case Region::kCheckpointSave:
+      return "checkpoint save";
+    case Region::kCheckpointRestore:
+      return "checkpoint restore";
+    case Region::kCheckpointWrite:
+      return "checkpoint write";
+    case Region::kEval:
+      return "evaluation";
   }
   return "?";
 }
 
 Track region_track(Region r) {
   switch (r) {
-    case Region::kData: return Track::kData;
-    case Region::kCheckpointWrite: return Track::kCheckpointWriter;
-    case Region::kEval: return Track::kSteps;
-    default: return Track::kCheckpoint;
+    case Region::kData:
+      return Track::kData;
+    case Region::kCheckpointWrite:
+      return Track::kCheckpointWriter;
+    case Region::kEval:
+      return Track::kSteps;
+    default:
+      return Track::kCheckpoint;
   }
 }
 
@@ -62,20 +71,70 @@ std::filesystem::path hang_file(const std::filesystem::path& folder, int rank) {
   return folder / fmt::format("hang.rank{}.json", rank);
 }
 
+// The hang report's verdict over every rank's report (null: none came): the ranks that did not
+// report, else the ranks not waiting inside MPI, else the ranks furthest behind (lowest step,
+// then node); then the others, waiting.
+std::string hang_verdict(const std::vector<nlohmann::json>& reports) {
+  const int world_size = static_cast<int>(reports.size());
+  std::vector<int> silent, busy;
+  for (int r = 0; r < world_size; ++r) {
+    const nlohmann::json& j = reports[static_cast<size_t>(r)];
+    if (j.is_null())
+      silent.push_back(r);
+    else if (!j.value("in_collective_wait", false))
+      busy.push_back(r);
+  }
+  std::string verdict;
+  auto describe = [&](int r) {
+    const nlohmann::json& j = reports[static_cast<size_t>(r)];
+    return j.is_null() ? fmt::format("rank {} (no report)", r)
+                       : j.value("activity", fmt::format("rank {}", r));
+  };
+  std::vector<int> slow = !silent.empty() ? silent : busy;
+  if (slow.empty() || static_cast<int>(slow.size()) == world_size) {
+    // Every rank waits inside MPI (or none does): the ones furthest behind.
+    std::vector<int> all;
+    for (int r = 0; r < world_size; ++r) all.push_back(r);
+    auto key = [&](int r) {
+      const nlohmann::json& j = reports[static_cast<size_t>(r)];
+      return std::pair<int64_t, int>(j.value("step", int64_t{0}), j.value("node_index", 0));
+    };
+    const auto lowest =
+        key(*std::min_element(all.begin(), all.end(), [&](int x, int y) { return key(x) < key(y); }));
+    slow.clear();
+    for (int r : all)
+      if (key(r) == lowest) slow.push_back(r);
+  }
+  for (int r : slow)
+    verdict += fmt::format("{}slow rank {}: {}", verdict.empty() ? "" : "; ", r, describe(r));
+  std::string others;
+  for (int r = 0; r < world_size; ++r)
+    if (std::find(slow.begin(), slow.end(), r) == slow.end())
+      others += fmt::format("\n  waiting: {}", describe(r));
+  return verdict + others;
+}
+
 }  // namespace
 
 std::filesystem::path Diagnostics::folder(const Config& cfg) {
   return std::filesystem::path(cfg.base_output_directory) / cfg.run_name / "diagnostics";
 }
 
-Diagnostics* Diagnostics::current() { return g_current.load(); }
+Diagnostics* Diagnostics::current() {
+  return g_current.load();
+}
 
 void Diagnostics::set_hang_handler(std::function<void(const std::string&)> on_hang) {
   hang_handler() = std::move(on_hang);
 }
 
-Diagnostics::Diagnostics(const Config& cfg, const graph::Graph& graph, int rank, int world_size, std::ostream& log)
-    : cfg_(cfg), graph_(graph), rank_(rank), world_size_(world_size), log_(log),
+Diagnostics::Diagnostics(const Config& cfg, const graph::Graph& graph, int rank, int world_size,
+                         std::ostream& log)
+    : cfg_(cfg),
+      graph_(graph),
+      rank_(rank),
+      world_size_(world_size),
+      log_(log),
       run_dir_(std::filesystem::path(cfg.base_output_directory) / cfg.run_name) {
   if (cfg.profiler == "xplane" || cfg.profiler == "nsys")
     fail(ErrorKind::kConfig,
@@ -83,8 +142,9 @@ Diagnostics::Diagnostics(const Config& cfg, const graph::Graph& graph, int rank,
          "use profiler=trace (a Chrome trace-event JSON per rank, for Perfetto) or profiler=\"\"",
          cfg.profiler);
   if (cfg.monitor_goodput && !cfg.enable_goodput_recording)
-    fail(ErrorKind::kConfig, "monitor_goodput=true needs enable_goodput_recording=true (it reports what the "
-                             "recording measures)");
+    fail(ErrorKind::kConfig,
+         "monitor_goodput=true needs enable_goodput_recording=true (it reports what the "
+         "recording measures)");
   Activity& a = activity();
   a.rank.store(rank);
   a.world_size.store(world_size);
@@ -102,13 +162,14 @@ Diagnostics::Diagnostics(const Config& cfg, const graph::Graph& graph, int rank,
     install_stack_trace_handlers(stack_fd_);
   }
   if (cfg.profiler == "trace") {
-    trace_ = std::make_unique<TraceRecorder>(graph, rank, run_dir_ / "profile" / fmt::format("trace.rank{}.json", rank));
+    trace_ = std::make_unique<TraceRecorder>(graph, rank,
+                                             run_dir_ / "profile" / fmt::format("trace.rank{}.json", rank));
     g_trace = trace_.get();
     a.on_collective.store(record_collective);
   }
   if (cfg.enable_goodput_recording)
     goodput_ = std::make_unique<Goodput>(rank == 0 && !cfg.run_name.empty() ? run_dir_ / "goodput.json"
-                                                                              : std::filesystem::path());
+                                                                            : std::filesystem::path());
   g_current.store(this);
   if (cfg.collect_stack_trace || cfg.hang_watchdog_step_multiple > 0)
     thread_ = std::thread([this] { thread_main(); });
@@ -143,7 +204,9 @@ void Diagnostics::begin_run(int64_t first_step) {
          cfg_.skip_first_n_steps_for_profiler, first_step, cfg_.steps - 1);
 }
 
-bool Diagnostics::profiling_now() const { return trace_ && trace_->active(); }
+bool Diagnostics::profiling_now() const {
+  return trace_ && trace_->active();
+}
 
 void Diagnostics::step_begin(int64_t step) {
   activity().step.store(step);
@@ -225,9 +288,13 @@ void Diagnostics::at(int node, graph::NodeStage stage) {
     case graph::NodeStage::kKernelEnd:
       if (tracing) {
         t_kernel1 = steady_ns();
-        trace_->span(n.name.c_str(), phase_name(n.phase), Track::kNodes, t_kernel0, t_kernel1, node, a.step.load());
+        trace_->span(n.name.c_str(), phase_name(n.phase), Track::kNodes, t_kernel0, t_kernel1, node,
+                     a.step.load());
       }
-      if (n.phase == graph::Phase::kOptimizer) a.node_index.store(-1, std::memory_order_relaxed), a.node_name.store(nullptr);
+      if (n.phase == graph::Phase::kOptimizer) {  // no kSyncEnd follows
+        a.node_index.store(-1, std::memory_order_relaxed);
+        a.node_name.store(nullptr, std::memory_order_relaxed);
+      }
       break;
     case graph::NodeStage::kSyncEnd:
       if (tracing) {
@@ -269,7 +336,8 @@ void Diagnostics::thread_main() {
     const int64_t now = steady_ns();
     lock.unlock();
     if (cfg_.collect_stack_trace && now >= next_dump) {
-      write_stacks(fmt::format("every {} s (stack_trace_interval_seconds)", cfg_.stack_trace_interval_seconds));
+      write_stacks(
+          fmt::format("every {} s (stack_trace_interval_seconds)", cfg_.stack_trace_interval_seconds));
       next_dump = now + static_cast<int64_t>(cfg_.stack_trace_interval_seconds * 1e9);
     }
     if (cfg_.hang_watchdog_step_multiple > 0 && !hang_reported_) check_hang(now);
@@ -285,7 +353,11 @@ void Diagnostics::check_hang(int64_t now_ns) {
     std::lock_guard lock(mu_);
     median = median_step();
   }
-  const double limit = std::max(cfg_.hang_watchdog_min_seconds, cfg_.hang_watchdog_step_multiple * median);
+  // The first step (no median yet; it also pays for first touches and warm-up) gets the multiple
+  // of the floor.
+  const double limit =
+      median > 0 ? std::max(cfg_.hang_watchdog_min_seconds, cfg_.hang_watchdog_step_multiple * median)
+                 : cfg_.hang_watchdog_min_seconds * cfg_.hang_watchdog_step_multiple;
   const double elapsed = static_cast<double>(now_ns - t0) / 1e9;
   if (elapsed <= limit) return;
   hang_reported_ = true;
@@ -316,8 +388,8 @@ void Diagnostics::report_hang(int64_t step, double elapsed, double limit, double
   } catch (const std::exception& e) {
     std::cerr << "hang watchdog: " << e.what() << "\n";
   }
-  const std::string why = fmt::format("hang watchdog: step {} has run {:.1f} s, over the limit of {:.1f} s", step,
-                                      elapsed, limit);
+  const std::string why = fmt::format("hang watchdog: step {} has run {:.1f} s, over the limit of {:.1f} s",
+                                      step, elapsed, limit);
   if (stack_fd_ != 2) write_stacks(why);
   {
     const std::string s = dump_all_thread_stacks(why) + "\n";
@@ -343,42 +415,11 @@ void Diagnostics::report_hang(int64_t step, double elapsed, double limit, double
     if (all) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // The verdict: ranks that did not report, else ranks not waiting inside MPI, else the ranks
-  // furthest behind (lowest step, then node).
-  std::vector<int> silent, busy;
-  for (int r = 0; r < world_size_; ++r) {
-    const nlohmann::json& j = reports[static_cast<size_t>(r)];
-    if (j.is_null()) silent.push_back(r);
-    else if (!j.value("in_collective_wait", false)) busy.push_back(r);
-  }
-  std::string verdict;
-  auto describe = [&](int r) {
-    const nlohmann::json& j = reports[static_cast<size_t>(r)];
-    return j.is_null() ? fmt::format("rank {} (no report)", r) : j.value("activity", fmt::format("rank {}", r));
-  };
-  std::vector<int> slow = !silent.empty() ? silent : busy;
-  if (slow.empty() || static_cast<int>(slow.size()) == world_size_) {
-    // Every rank waits inside MPI (or none does): the ones furthest behind.
-    std::vector<int> all;
-    for (int r = 0; r < world_size_; ++r) all.push_back(r);
-    auto key = [&](int r) {
-      const nlohmann::json& j = reports[static_cast<size_t>(r)];
-      return std::pair<int64_t, int>(j.value("step", int64_t{0}), j.value("node_index", 0));
-    };
-    const auto lowest = key(*std::min_element(all.begin(), all.end(), [&](int x, int y) { return key(x) < key(y); }));
-    slow.clear();
-    for (int r : all)
-      if (key(r) == lowest) slow.push_back(r);
-  }
-  for (int r : slow) verdict += fmt::format("{}slow rank {}: {}", verdict.empty() ? "" : "; ", r, describe(r));
-  std::string others;
-  for (int r = 0; r < world_size_; ++r)
-    if (std::find(slow.begin(), slow.end(), r) == slow.end())
-      others += fmt::format("\n  waiting: {}", describe(r));
-  const std::string message =
-      fmt::format("{} (hang_watchdog_step_multiple={} x the median step {:.3f} s, at least "
-                  "hang_watchdog_min_seconds={} s); {}{}",
-                  why, cfg_.hang_watchdog_step_multiple, median, cfg_.hang_watchdog_min_seconds, verdict, others);
+  const std::string verdict = hang_verdict(reports);
+  const std::string message = fmt::format(
+      "{} (hang_watchdog_step_multiple={} x the median step {:.3f} s, at least "
+      "hang_watchdog_min_seconds={} s); {}",
+      why, cfg_.hang_watchdog_step_multiple, median, cfg_.hang_watchdog_min_seconds, verdict);
   // cli/ installs the handler that ends the job; without one (a library user) the report is all.
   if (hang_handler()) hang_handler()(message);
   std::cerr << "tessera: " << message << std::endl;

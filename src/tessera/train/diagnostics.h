@@ -11,7 +11,8 @@
 //   stack_trace_interval_seconds and on fatal signals, to stderr or to
 //   {run}/diagnostics/stack_traces.rank<R>.txt (stack_trace_to_cloud).
 // - The hang watchdog (hang_watchdog_step_multiple > 0): a thread that sees the current step run
-//   longer than max(hang_watchdog_min_seconds, multiple x median step) dumps this rank's stacks,
+//   longer than max(hang_watchdog_min_seconds, multiple x median step) (the first step: multiple
+//   x hang_watchdog_min_seconds) dumps this rank's stacks,
 //   writes {run}/diagnostics/hang.rank<R>.json (where it is: node, collective, whether it is
 //   inside MPI waiting for the others), waits briefly for the other ranks' files, names the slow
 //   rank (the one not waiting inside MPI, else the one furthest behind, else one that never wrote
@@ -112,8 +113,8 @@ class Diagnostics final : public graph::NodeObserver {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::vector<double> step_seconds_;        // completed steps, for the median (under mu_)
-  std::atomic<int64_t> step_start_ns_{0};   // 0 between steps
+  std::vector<double> step_seconds_;       // completed steps, for the median (under mu_)
+  std::atomic<int64_t> step_start_ns_{0};  // 0 between steps
   std::atomic<int64_t> current_step_{-1};
   bool hang_reported_ = false;
   std::thread thread_;

@@ -90,8 +90,8 @@ GoodputTotals Goodput::totals(double run_seconds) const {
 
 std::string Goodput::log_line(double run_seconds) const {
   const GoodputTotals t = totals(run_seconds);
-  const double other = std::max(0.0, t.total - t.productive - t.startup - t.data - t.checkpoint_save -
-                                         t.checkpoint_restore - t.lost);
+  const double other = std::max(
+      0.0, t.total - t.productive - t.startup - t.data - t.checkpoint_save - t.checkpoint_restore - t.lost);
   return fmt::format(
       "goodput: {:.1f}% of {:.2f} s (productive steps {:.2f} s over {} steps; badput: start-up {:.2f} s, "
       "data waiting {:.2f} s, checkpoint save {:.2f} s, checkpoint restore {:.2f} s, lost {:.2f} s "

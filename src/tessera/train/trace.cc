@@ -14,12 +14,18 @@ namespace {
 
 const char* track_name(Track t) {
   switch (t) {
-    case Track::kSteps: return "steps";
-    case Track::kNodes: return "plan nodes";
-    case Track::kCollectives: return "collectives (ParamSync and MPI)";
-    case Track::kData: return "data loader";
-    case Track::kCheckpoint: return "checkpoint (step loop)";
-    case Track::kCheckpointWriter: return "checkpoint writer thread";
+    case Track::kSteps:
+      return "steps";
+    case Track::kNodes:
+      return "plan nodes";
+    case Track::kCollectives:
+      return "collectives (ParamSync and MPI)";
+    case Track::kData:
+      return "data loader";
+    case Track::kCheckpoint:
+      return "checkpoint (step loop)";
+    case Track::kCheckpointWriter:
+      return "checkpoint writer thread";
   }
   return "?";
 }
@@ -36,7 +42,9 @@ TraceRecorder::TraceRecorder(const graph::Graph& graph, int rank, std::filesyste
   events_.reserve(1 << 16);
 }
 
-void TraceRecorder::set_active(bool on) { active_ = on; }
+void TraceRecorder::set_active(bool on) {
+  active_ = on;
+}
 
 void TraceRecorder::span(const char* name, const char* category, Track track, int64_t t0_ns, int64_t t1_ns,
                          int node, int64_t step) {
@@ -57,8 +65,8 @@ std::filesystem::path TraceRecorder::write() const {
   w.append(fmt::format(R"({{"ph":"M","pid":{},"tid":0,"name":"process_name","args":{{"name":{}}}}})", rank_,
                        nlohmann::json(fmt::format("rank {} ({})", rank_, host_name())).dump()));
   for (int t = 0; t <= static_cast<int>(Track::kCheckpointWriter); ++t)
-    w.append(fmt::format(R"(,{{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":"{}"}}}})", rank_,
-                         t, track_name(static_cast<Track>(t))));
+    w.append(fmt::format(R"(,{{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":"{}"}}}})",
+                         rank_, t, track_name(static_cast<Track>(t))));
   const auto& nodes = graph_.nodes();
   for (const Event& e : events_) {
     std::string args;
@@ -68,10 +76,10 @@ std::filesystem::path TraceRecorder::write() const {
                          phase_name(n.phase), n.layer);
     }
     if (e.step >= 0) args += fmt::format(R"({}"step":{})", args.empty() ? "" : ",", e.step);
-    w.append(fmt::format(R"(,{{"ph":"X","pid":{},"tid":{},"name":{},"cat":"{}","ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
-                         rank_, static_cast<int>(e.track), nlohmann::json(e.name).dump(), e.category,
-                         static_cast<double>(e.t0_ns - origin_ns_) / 1e3,
-                         static_cast<double>(e.t1_ns - e.t0_ns) / 1e3, args));
+    w.append(fmt::format(
+        R"(,{{"ph":"X","pid":{},"tid":{},"name":{},"cat":"{}","ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
+        rank_, static_cast<int>(e.track), nlohmann::json(e.name).dump(), e.category,
+        static_cast<double>(e.t0_ns - origin_ns_) / 1e3, static_cast<double>(e.t1_ns - e.t0_ns) / 1e3, args));
   }
   w.append("]}\n");
   w.commit();

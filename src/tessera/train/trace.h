@@ -24,8 +24,8 @@ class TraceRecorder {
   bool active() const { return active_; }
   // A span of [t0, t1] (steady_ns()); `node` >= 0 adds the plan node's op, phase and layer.
   // Thread-safe (the checkpoint writer records from its own thread).
-  void span(const char* name, const char* category, Track track, int64_t t0_ns, int64_t t1_ns,
-            int node = -1, int64_t step = -1);
+  void span(const char* name, const char* category, Track track, int64_t t0_ns, int64_t t1_ns, int node = -1,
+            int64_t step = -1);
   size_t size() const;
   // Writes the file (atomically); returns its path.
   std::filesystem::path write() const;
