@@ -18,6 +18,7 @@ packages=(
   libfmt-dev             # formatting
   libzstd-dev            # compressed shards
   libpcre2-dev           # byte-level BPE pre-tokeniser
+  libunwind-dev libdw-dev  # stack traces: unwinding (libunwind), symbols and lines (elfutils)
   libsentencepiece-dev sentencepiece
   libopenmpi-dev openmpi-bin
   iproute2 util-linux    # the two-host test: ip netns, veth links, unshare (tests/dist)

@@ -11,6 +11,7 @@
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/stack_trace.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
@@ -220,6 +221,15 @@ int train(const ConfigArgs& args, std::ostream& out) {
   world->barrier();  // the tokenizer exists for every rank
   std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
   if (!cfg.compiled_trainstep_file.empty()) check_compiled_plan(cfg, *mesh, log);
+  // The hang watchdog's verdict ends this process from the watchdog thread (the main thread is the
+  // one that is stuck, possibly inside MPI): every rank's watchdog fires, and mpirun ends the job
+  // when the first one exits.
+  train::Diagnostics::set_hang_handler([](const std::string& message) {
+    fmt::print(stderr, "tessera: error (rank {} of {}): {}\n", activity().rank.load(), activity().world_size.load(),
+               message);
+    std::fflush(stderr);
+    std::_Exit(kExitHang);
+  });
   train::Trainer trainer(cfg, log, mesh.get());
   try {
     train_and_sample(cfg, trainer, log);

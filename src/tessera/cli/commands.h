@@ -19,7 +19,15 @@ class App;
 
 namespace tessera::cli {
 
-enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitNotImplemented = 3, kExitDoesNotFit = 4 };
+// kExitDoesNotFit: `tessera compile` found the plan larger than the device; kExitHang: the hang
+// watchdog stopped the job (train/diagnostics.h).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,
+  kExitUsage = 2,
+  kExitDoesNotFit = 4,
+  kExitHang = 5
+};
 
 inline constexpr std::string_view kVersion = "0.1.0";
 

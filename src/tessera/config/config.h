@@ -239,6 +239,18 @@ struct Config {
   int64_t server_max_request_bytes;
   double server_timeout_seconds;
 
+  // diagnostics (schema: add_diagnostics_keys; train/diagnostics.h)
+  bool collect_stack_trace;
+  double stack_trace_interval_seconds;
+  bool stack_trace_to_cloud;
+  double hang_watchdog_step_multiple;
+  double hang_watchdog_min_seconds;
+  std::string profiler;
+  int64_t skip_first_n_steps_for_profiler;
+  int64_t profiler_steps;
+  bool enable_goodput_recording;
+  bool monitor_goodput;
+
   // ---- derived: filled by finalize_config() from the keys above; not keys, never parsed ----
   int64_t emb_dim;                                    // base_emb_dim scaled by global_parameter_scale
   int64_t num_query_heads;                            // base_num_query_heads scaled

@@ -433,6 +433,41 @@ void add_server_keys(std::vector<FieldSpec>& t) {
          "long an idle keep-alive connection stays open.");
 }
 
+// MaxText's diagnostics keys (its collect_stack_trace family, profiler, goodput) and the hang
+// watchdog's two, with Tessera's meanings (docs/diagnostics.md).
+void add_diagnostics_keys(std::vector<FieldSpec>& t) {
+  Group g(t, "diagnostics");
+  g.boolean("collect_stack_trace", &Config::collect_stack_trace, "false",
+            "Dump every thread's native stack (with rank, host, step and graph node) every "
+            "stack_trace_interval_seconds and on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT.");
+  g.real("stack_trace_interval_seconds", &Config::stack_trace_interval_seconds, "600", above(0),
+         "Seconds between the periodic stack dumps of collect_stack_trace.");
+  g.boolean("stack_trace_to_cloud", &Config::stack_trace_to_cloud, "false",
+            "false: stack dumps go to the console (stderr); true: to "
+            "{base_output_directory}/{run_name}/diagnostics/stack_traces.rank<R>.txt, one file per rank.");
+  g.real("hang_watchdog_step_multiple", &Config::hang_watchdog_step_multiple, "10", at_least(0),
+         "A step taking longer than this multiple of the median step so far (and than "
+         "hang_watchdog_min_seconds) is a hang: every rank dumps its stacks and the collective it waits "
+         "in, and the job exits non-zero naming the slow rank. 0 = no watchdog.");
+  g.real("hang_watchdog_min_seconds", &Config::hang_watchdog_min_seconds, "300", above(0),
+         "The hang watchdog's floor: no step shorter than this is a hang. The first step, which has no "
+         "median yet, may take hang_watchdog_step_multiple times this.");
+  g.choice("profiler", &Config::profiler, R"("")", {"", "trace"}, {"xplane", "nsys"},
+           "\"trace\": a Chrome trace-event JSON per rank (Perfetto, chrome://tracing) under "
+           "{base_output_directory}/{run_name}/profile/; \"\" = none. MaxText's xplane and nsys are refused.");
+  g.integer("skip_first_n_steps_for_profiler", &Config::skip_first_n_steps_for_profiler, "1", at_least(0),
+            "The first profiled step is the run's first step plus this many.");
+  g.integer("profiler_steps", &Config::profiler_steps, "5", at_least(1),
+            "Steps the profiler records (up to the last step of the run).");
+  g.boolean("enable_goodput_recording", &Config::enable_goodput_recording, "false",
+            "Account the job's wall time: productive steps against start-up, data waiting, checkpoint "
+            "save and restore, and steps lost (recomputed) after a resume; a goodput line in the log every "
+            "log_period steps and at the end, carried across restarts in {run_name}/goodput.json.");
+  g.boolean("monitor_goodput", &Config::monitor_goodput, "false",
+            "Also write the goodput figures as TensorBoard scalars (goodput/...) every log_period steps; "
+            "needs enable_goodput_recording.");
+}
+
 std::vector<FieldSpec> build_schema() {
   std::vector<FieldSpec> t;
   add_run_keys(t);
@@ -445,6 +480,7 @@ std::vector<FieldSpec> build_schema() {
   add_inference_and_compile_keys(t);
   add_data_extra_keys(t);
   add_server_keys(t);
+  add_diagnostics_keys(t);
   return t;
 }
 

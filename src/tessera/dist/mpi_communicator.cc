@@ -32,6 +32,8 @@
 // MPI_Initialized / MPI_Finalized queries of mpi_active(), which MPI allows at any time.
 #include "tessera/dist/mpi_communicator.h"
 
+#include "tessera/core/stack_trace.h"
+
 // The C API only: OpenMPI's and MPICH's mpi.h pull in the deprecated C++ bindings (which need
 // libmpi_cxx) when compiled as C++ unless told not to.
 #define OMPI_SKIP_MPICXX 1
@@ -112,6 +114,7 @@ class MpiRequest final : public Communicator::Request {
   }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
+    CollectiveScope scope(call_);
     check(MPI_Wait(&req_, MPI_STATUS_IGNORE), call_);
   }
 
@@ -238,6 +241,7 @@ class P2pCollective final : public Communicator::Request {
     while (!done_) {
       if (!reqs_.empty()) {
         if (block) {
+          CollectiveScope scope("MPI_Waitall (a non-blocking collective's messages)");
           check(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE),
                 "MPI_Waitall");
         } else {
@@ -360,6 +364,7 @@ class MpiCommunicator final : public Communicator {
     check_reducible(dtype, "MPI_Allreduce");
     if (size_ == 1 || count == 0) return;
     traffic_.all_reduce += count * dtype_size(dtype);
+    CollectiveScope scope("MPI_Allreduce");
     check(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count, "MPI_Allreduce"), mpi_type(dtype), mpi_op(op),
                         comm_),
           "MPI_Allreduce");
@@ -368,6 +373,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_f64(double* data, size_t count, ReduceOp op) override {
     if (size_ == 1 || count == 0) return;
     traffic_.all_reduce += count * sizeof(double);
+    CollectiveScope scope("MPI_Allreduce");
     check(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count, "MPI_Allreduce"), MPI_DOUBLE, mpi_op(op), comm_),
           "MPI_Allreduce");
   }
@@ -376,6 +382,7 @@ class MpiCommunicator final : public Communicator {
     if (local_copy(send, recv, count, dtype)) return;
     traffic_.all_gather += count * dtype_size(dtype) * static_cast<size_t>(size_);
     const int n = mpi_count(count, "MPI_Allgather");
+    CollectiveScope scope("MPI_Allgather");
     check(MPI_Allgather(in_place(send, recv, count, dtype) ? MPI_IN_PLACE : send, n, mpi_type(dtype), recv, n,
                         mpi_type(dtype), comm_),
           "MPI_Allgather");
@@ -385,6 +392,7 @@ class MpiCommunicator final : public Communicator {
     check_reducible(dtype, "MPI_Reduce_scatter_block");
     if (local_copy(send, recv, count, dtype)) return;
     traffic_.reduce_scatter += count * dtype_size(dtype) * static_cast<size_t>(size_);
+    CollectiveScope scope("MPI_Reduce_scatter_block");
     check(MPI_Reduce_scatter_block(send, recv, mpi_count(count, "MPI_Reduce_scatter_block"), mpi_type(dtype),
                                    MPI_SUM, comm_),
           "MPI_Reduce_scatter_block");
@@ -394,11 +402,14 @@ class MpiCommunicator final : public Communicator {
     TESSERA_ASSERT(root >= 0 && root < size_);
     if (size_ == 1 || count == 0) return;
     traffic_.broadcast += count * dtype_size(dtype);
+    CollectiveScope scope("MPI_Bcast");
     check(MPI_Bcast(data, mpi_count(count, "MPI_Bcast"), mpi_type(dtype), root, comm_), "MPI_Bcast");
   }
 
   void barrier() override {
-    if (size_ > 1) check(MPI_Barrier(comm_), "MPI_Barrier");
+    if (size_ <= 1) return;
+    CollectiveScope scope("MPI_Barrier");
+    check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
   std::unique_ptr<Request> all_gather_async(const void* send, void* recv, size_t count,

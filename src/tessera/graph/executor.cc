@@ -67,6 +67,16 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
   if (sync_) sync_->begin_pass(forward_only, last_micro_step);
   for (int i = begin; i < end; ++i) {
     if (forward_only && nodes[i].phase != Phase::kForward) continue;
+    if (observer_ && !profiling_) {
+      observer_->at(i, NodeStage::kSyncBegin);
+      if (sync_) sync_->before_node(i);
+      observer_->at(i, NodeStage::kKernelBegin);
+      run(nodes[i]);
+      observer_->at(i, NodeStage::kKernelEnd);
+      if (sync_) sync_->after_node(i);
+      observer_->at(i, NodeStage::kSyncEnd);
+      continue;
+    }
     if (!profiling_) {
       if (sync_) sync_->before_node(i);
       run(nodes[i]);
@@ -74,13 +84,17 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
       continue;
     }
     using Clock = std::chrono::steady_clock;
+    if (observer_) observer_->at(i, NodeStage::kSyncBegin);
     const auto t0 = Clock::now();
     if (sync_) sync_->before_node(i);  // the wait for a gather counts to the node that needs it
     const auto t1 = Clock::now();
+    if (observer_) observer_->at(i, NodeStage::kKernelBegin);
     run(nodes[i]);
+    if (observer_) observer_->at(i, NodeStage::kKernelEnd);
     const auto t2 = Clock::now();
     if (sync_) sync_->after_node(i);
     const auto t3 = Clock::now();
+    if (observer_) observer_->at(i, NodeStage::kSyncEnd);
     ProfileRow& row = profile_[{static_cast<int>(nodes[i].op), static_cast<int>(nodes[i].phase)}];
     row.seconds += std::chrono::duration<double>(t3 - t0).count();
     row.sync_seconds += std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
@@ -144,7 +158,11 @@ OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   ctx_.sgd_lr = step.sgd_lr;
   ctx_.grad_scale = r.clip_scale / step.grad_divisor;
   const auto& nodes = spec_.graph().nodes();
-  for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) run(nodes[i]);
+  for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) {
+    if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelBegin);
+    run(nodes[i]);
+    if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelEnd);
+  }
   if (sync_) sync_->after_optimizer();
   return r;
 }

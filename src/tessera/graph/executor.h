@@ -39,6 +39,16 @@ struct OptimizerResult {
   double clip_scale = 1;
 };
 
+// Called around every node the executor runs (train/diagnostics.h: stack-dump context, traces,
+// the hang watchdog). Stages in order: kSyncBegin (before ParamSync's work for the node: waits
+// for gathers), kKernelBegin, kKernelEnd, kSyncEnd (after ParamSync's work: starting reductions).
+enum class NodeStage { kSyncBegin, kKernelBegin, kKernelEnd, kSyncEnd };
+class NodeObserver {
+ public:
+  virtual ~NodeObserver() = default;
+  virtual void at(int node, NodeStage stage) = 0;
+};
+
 class Executor {
  public:
   // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on. The
@@ -71,6 +81,9 @@ class Executor {
   // clock reads per node; off by default.
   void set_profiling(bool on) { profiling_ = on; }
   std::string profile_report() const;  // a table, slowest rows first
+  // An observer (not owned; nullptr: none) called around every node; costs one branch per node
+  // when unset.
+  void set_observer(NodeObserver* o) { observer_ = o; }
 
  private:
   void run(const Node& n);
@@ -86,6 +99,7 @@ class Executor {
   RunContext ctx_;                   // what the op table's kernel calls read (op_table.h)
   std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
   bool profiling_ = false;
+  NodeObserver* observer_ = nullptr;
   struct ProfileRow {
     double seconds = 0, sync_seconds = 0, flops = 0;  // sync: ParamSync's work around the node
     int64_t calls = 0;

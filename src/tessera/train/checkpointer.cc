@@ -2,6 +2,8 @@
 // collective finish of sharded saves. The format itself is checkpoint/checkpoint.h.
 #include "tessera/train/checkpointer.h"
 
+#include "tessera/train/diagnostics.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -236,6 +238,7 @@ void Checkpointer::save(int64_t step, const nlohmann::json& data_iterator, bool 
   writer_done_.store(false, std::memory_order_relaxed);
   writer_ = std::thread([this, n, params = named(params_, true), opt = named(opt_state_, true),
                          manifest = std::move(manifest)]() mutable {
+    Diagnostics::Scope trace_span(Diagnostics::current(), Region::kCheckpointWrite);
     const auto t = Clock::now();
     try {
       if (n == 1)

@@ -106,6 +106,7 @@ const char* signal_name(int sig) {
 
 Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(cfg), log_(log), mesh_(mesh) {
   const auto t0 = Clock::now();
+  run_t0_ = t0;
   reject_unbuilt_options(cfg);
   if (!mesh_) {
     if (cfg.num_devices != 1)
@@ -126,6 +127,9 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       .max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
   if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
   exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc), mesh_);
+  diag_ = std::make_unique<Diagnostics>(cfg_, plan_->spec().graph(), mesh_->world().rank(), mesh_->world().size(),
+                                        log_);
+  exec_->set_observer(diag_.get());
   // A run that will load its parameters (its own checkpoint, or a load path) skips the init: the
   // load overwrites every parameter, and a failed load stops the run.
   const bool will_load = (cfg.enable_checkpointing && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg)).empty()) ||
@@ -163,7 +167,15 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
   open_data();
-  restore_state();
+  const auto t_restore = Clock::now();
+  {
+    auto region = diag_->region(Region::kCheckpointRestore);
+    restore_state();
+  }
+  if (Goodput* g = diag_->goodput()) {
+    g->add_startup(since(t0) - since(t_restore));
+    g->resumed_at(step_);
+  }
   const std::filesystem::path run_dir = std::filesystem::path(cfg.base_output_directory) / cfg.run_name;
   if (cfg.enable_tensorboard && writes_outputs_)
     tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
@@ -360,9 +372,16 @@ StepMetrics Trainer::step() {
   exec_->zero_grads();
   double loss_sum = 0;
   const data::Batch batch = input_batch();
+  diag_->step_begin(step_);
+  double data_seconds = 0;
   for (int64_t m = 0; m < micro_steps; ++m) {
     data::BatchInfo info;
-    TESSERA_CHECK(data_->next(batch, &info), ErrorKind::kInternal, "the training data iterator ran out");
+    const auto t_data = Clock::now();
+    {
+      auto region = diag_->region(Region::kData);
+      TESSERA_CHECK(data_->next(batch, &info), ErrorKind::kInternal, "the training data iterator ran out");
+    }
+    data_seconds += since(t_data);
     counted += info.targets;
     loss_sum += exec_->forward_backward(/*last_micro_step=*/m == micro_steps - 1);
   }
@@ -398,6 +417,8 @@ StepMetrics Trainer::step() {
   r.tflops_per_device = flops / r.seconds / 1e12;
   r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
   r.mfu = flops / r.seconds / peak_flops_;
+  diag_->step_end(step_, r.seconds);
+  if (Goodput* g = diag_->goodput()) g->add_step(step_, r.seconds, data_seconds);
   ++step_;
   return r;
 }
@@ -464,6 +485,7 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
     log_ << fmt::format("nothing to train: the run is at step {} and steps={}\n", step_, cfg_.steps)
          << std::flush;
   const int64_t step_at_start = step_;
+  if (step_ < cfg_.steps) diag_->begin_run(step_);
   while (step_ < cfg_.steps) {
     if (step_ == step_at_start) traffic_at_start_ = mesh_->traffic();
     StepMetrics m = step();
@@ -487,6 +509,7 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
            << std::flush;
     }
     write_metrics(m, log_step || sig != 0);
+    if (log_step) report_goodput(m.step, false);
     if (sig)
       log_ << fmt::format("received {} during step {}: stopping after it{} (a second signal stops at once)\n",
                           signal_name(sig), m.step, checkpointer_ ? " with a checkpoint" : "")
@@ -494,12 +517,19 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
     if (checkpointer_) {
       checkpointer_->poll();
       // The last save and one forced by a signal are written before returning anyway: no snapshot.
-      if (step_ % cfg_.checkpoint_period == 0 || last || sig)
+      if (step_ % cfg_.checkpoint_period == 0 || last || sig) {
+        auto region = diag_->region(Region::kCheckpointSave);
         checkpointer_->save(step_, data_iterator_state(), cfg_.async_checkpointing && !last && !sig);
+      }
     }
-    if (eval_data_ && step_ % cfg_.eval_interval == 0) evaluate();
+    if (eval_data_ && step_ % cfg_.eval_interval == 0) {
+      auto region = diag_->region(Region::kEval);
+      evaluate();
+    }
     if (on_step) on_step(m);
     if (sig) {
+      diag_->end_run();
+      report_goodput(m.step, true);
       log_ << fmt::format("stopped by {} after {} steps{}\n", signal_name(sig), step_,
                           checkpointer_ ? "; run the same command again to resume"
                                         : " (no checkpoint: enable_checkpointing=false)")
@@ -507,8 +537,27 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
       return {.step = step_, .stop_signal = sig};
     }
   }
-  if (checkpointer_) checkpointer_->wait();
+  if (checkpointer_) {
+    auto region = diag_->region(Region::kCheckpointSave);
+    checkpointer_->wait();
+  }
+  diag_->end_run();
+  report_goodput(step_ - 1, true);
   return {.step = step_, .stop_signal = 0};
+}
+
+// The goodput line (world rank 0), its TensorBoard scalars (monitor_goodput) and goodput.json.
+void Trainer::report_goodput(int64_t step, bool final) {
+  Goodput* g = diag_->goodput();
+  if (!g || !writes_outputs_) return;
+  const double wall = since(run_t0_);
+  log_ << (final ? "final " : "") << g->log_line(wall) << std::flush;
+  if (tensorboard_ && cfg_.monitor_goodput) {
+    const std::vector<Scalar> s = g->scalars(wall);
+    tensorboard_->write(step, s);
+    tensorboard_->flush();
+  }
+  g->save(wall);
 }
 
 }  // namespace tessera::train

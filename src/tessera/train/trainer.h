@@ -23,6 +23,7 @@
 // every rank after the same step.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/train/checkpointer.h"
+#include "tessera/train/diagnostics.h"
 #include "tessera/train/metrics_writer.h"
 #include "tessera/backends/backend.h"
 #include "tessera/train/schedule.h"
@@ -89,6 +91,7 @@ class Trainer {
   void restore_state();
   void restore_data_iterator(const CheckpointInfo& info);
   void write_metrics(const StepMetrics& m, bool flush);
+  void report_goodput(int64_t step, bool final);
   nlohmann::json data_iterator_state() const;
 
   // The sum over the data x fsdp group (one rank: unchanged).
@@ -106,6 +109,8 @@ class Trainer {
   models::DecoderInputs inputs_;
   std::unique_ptr<graph::Plan> plan_;
   std::unique_ptr<graph::Executor> exec_;
+  std::unique_ptr<Diagnostics> diag_;  // stack traces, hang watchdog, trace profiler, goodput
+  std::chrono::steady_clock::time_point run_t0_;  // the trainer's construction: goodput's wall time
   LrSchedule schedule_;
   backends::DevicePeak peak_;
   double peak_flops_ = 0;
