@@ -6,16 +6,19 @@
 
 #include <chrono>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
+#include "tessera/graph/plan.h"
 #include "tessera/cli/sample.h"
 #include "tessera/train/trainer.h"
 
@@ -192,6 +195,32 @@ data::SentencePieceTrainReport train_tokenizer_from(const Config& cfg, std::ostr
 namespace {
 // The training run and the sample after it, on every rank of `mesh`.
 void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& log);
+
+// compiled_plan_file: the plan `tessera compile` wrote for this run. A path that holds no plan, or
+// a plan other than the one this run builds (shapes, mesh or schedule changed), is refused: a key
+// given a value is never ignored.
+void check_compiled_plan(const Config& cfg, const graph::PlanSpec& spec) {
+  if (cfg.compiled_plan_file.empty()) return;
+  const std::string& path = cfg.compiled_plan_file;
+  std::string text;
+  try {
+    text = read_file(path, kReadFileLimit, "compiled_plan_file");
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kConfig, e.what());
+  }
+  std::string fingerprint;
+  try {
+    fingerprint = graph::PlanSpec::from_json(nlohmann::json::parse(text)).fingerprint();
+  } catch (const std::exception& e) {
+    fail(ErrorKind::kConfig, "compiled_plan_file '{}' is not a Tessera plan (expected the JSON that `tessera compile` writes): {}",
+         path, e.what());
+  }
+  if (fingerprint != spec.fingerprint())
+    fail(ErrorKind::kConfig,
+         "compiled_plan_file '{}' holds plan {} but this run plans {} (shapes, mesh or schedule changed); "
+         "compile again or leave the key empty",
+         path, fingerprint, spec.fingerprint());
+}
 }  // namespace
 
 int train(const ConfigArgs& args, std::ostream& out) {
@@ -216,6 +245,7 @@ int train(const ConfigArgs& args, std::ostream& out) {
   world->barrier();  // the tokenizer exists for every rank
   std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
   train::Trainer trainer(cfg, log, mesh.get());
+  check_compiled_plan(cfg, trainer.plan().spec());
   try {
     train_and_sample(cfg, trainer, log);
   } catch (const std::exception& e) {
