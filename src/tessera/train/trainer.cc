@@ -494,8 +494,10 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
     if (checkpointer_) {
       checkpointer_->poll();
       // The last save and one forced by a signal are written before returning anyway: no snapshot.
-      if (step_ % cfg_.checkpoint_period == 0 || last || sig)
+      if (step_ % cfg_.checkpoint_period == 0 || last || sig) {
+        if (metrics_file_) metrics_file_->sync();  // the checkpoint's steps' lines reach disk first
         checkpointer_->save(step_, data_iterator_state(), cfg_.async_checkpointing && !last && !sig);
+      }
     }
     if (eval_data_ && step_ % cfg_.eval_interval == 0) evaluate();
     if (on_step) on_step(m);
