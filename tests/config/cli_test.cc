@@ -209,7 +209,7 @@ TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
            {{"compiled_plan_file=" + (dir_ / "fifo").string()}, {"is a FIFO"}},
            {{"compiled_plan_file=" + dir_.string()}, {"is a folder"}},
            {{"vocab_size=1099511627776"}, {"the plan needs", "vocab_size", "of memory"}},
-           {{"base_emb_dim=4611686018427387904"}, {"more elements than fit in 64 bits"}},
+           {{"base_emb_dim=4611686018427387904"}, {"more elements than fit in 64 bits", "come from base_emb_dim"}},
            {{"num_threads=65536"}, {"num_threads=65536 is more than"}},
        }) {
     std::vector<std::string> argv = common;

@@ -244,7 +244,18 @@ int train(const ConfigArgs& args, std::ostream& out) {
   }
   world->barrier();  // the tokenizer exists for every rank
   std::unique_ptr<dist::Mesh> mesh = dist::make_mesh(cfg, std::move(world));
-  train::Trainer trainer(cfg, log, mesh.get());
+  // A shape the plan cannot hold (a size past 64 bits) comes from the config: said with its keys.
+  std::unique_ptr<train::Trainer> made;
+  try {
+    made = std::make_unique<train::Trainer>(cfg, log, mesh.get());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kShape) throw;
+    fail(ErrorKind::kConfig,
+         "{}; the plan's shapes come from base_emb_dim, base_mlp_dim, base_num_query_heads, base_num_kv_heads, "
+         "head_dim, base_num_decoder_layers, vocab_size, per_device_batch_size and max_target_length",
+         e.what());
+  }
+  train::Trainer& trainer = *made;
   check_compiled_plan(cfg, trainer.plan().spec());
   try {
     train_and_sample(cfg, trainer, log);
