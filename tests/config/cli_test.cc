@@ -2,6 +2,7 @@
 // error, 3 not in this build yet) and what it prints. The binary comes from $TESSERA_BINARY (set
 // by ctest), else from beside this test program.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,6 +166,38 @@ TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
     Result r = run(argv);
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find("is not in this build yet"), std::string::npos) << r.err;
+  }
+}
+
+// Hostile values on the command line: a path that cannot be what its key says (a plan file that is
+// not a plan, a FIFO), a model far larger than the machine, a dimension whose sizes overflow
+// 64 bits, a thread count near the documented maximum. Each is a one-line error and exit 2, never a
+// crash, a hang or an ignored key.
+TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
+  std::ofstream(dir_ / "not_a_plan.json") << "{\"hello\": 1}\n";
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+  const std::vector<std::string> common = {"train", base(), "run_name=hostile", outputs(), "model_name=llama-test",
+                                           "steps=1", "per_device_batch_size=1", "max_target_length=16",
+                                           "override_model_config=true"};
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"compiled_trainstep_file=" + (dir_ / "not_a_plan.json").string()},
+            {"compiled_trainstep_file", "is not a plan written by `tessera compile`"}},
+           {{"compiled_trainstep_file=" + (dir_ / "fifo").string()}, {"is a FIFO"}},
+           {{"compiled_trainstep_file=" + dir_.string()}, {"is a folder"}},
+           {{"vocab_size=1099511627776"}, {"the plan needs", "vocab_size", "of memory"}},
+           {{"base_emb_dim=4611686018427387904"}, {"more elements than fit in 64 bits", "come from base_emb_dim"}},
+           {{"num_threads=65536"}, {"num_threads=65536 is more than"}},
+       }) {
+    std::vector<std::string> argv = common;
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    SCOPED_TRACE(c.args[0]);
+    const Result r = run(argv);
+    EXPECT_TRUE(r.code == 1 || r.code == 2) << r.code << "\n" << r.err;
+    for (const std::string& s : c.says) EXPECT_NE(r.err.find(s), std::string::npos) << s << " in\n" << r.err;
   }
 }
 

@@ -26,6 +26,25 @@ ApiError parse_error(std::string_view body, Endpoint e = Endpoint::kCompletions)
   return ApiError(0, "parsed");
 }
 
+// Hostile values: a number past a double's range and an empty prompt are the client's error (400),
+// never the server's (500).
+TEST(ServerApi, OutOfRangeNumbersAndEmptyPromptsAre400) {
+  for (const char* body : {R"({"model": "m", "prompt": "x", "max_tokens": 1e400})",
+                           R"({"model": "m", "prompt": "x", "temperature": -1e400})",
+                           R"({"model": "m", "prompt": "x", "seed": 1e400})"}) {
+    const ApiError e = parse_error(body);
+    EXPECT_EQ(e.status, 400) << body << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+  for (const char* body : {R"({"model": "m", "prompt": ""})", R"({"model": "m", "prompt": [""]})",
+                           R"({"model": "m", "prompt": [[]]})"}) {
+    const ApiError e = parse_error(body);
+    EXPECT_EQ(e.status, 400) << body << ": " << e.what();
+    EXPECT_EQ(e.param, "prompt") << body;
+    EXPECT_NE(std::string(e.what()).find("'prompt' is empty"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerApi, ParsesACompletionRequest) {
   CompletionRequest r = parse_request(
       R"({"model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,

@@ -8,8 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "tessera/infer/server/http.h"
 #include "testing/socket_util.h"
@@ -211,15 +213,25 @@ TEST(ServerHttp, RefusesOversizeBodiesBeforeReadingThemAndStallsWith408) {
   ::close(fd);
 }
 
-TEST(ServerHttp, ConnectionsPastTheLimitGet503) {
-  HttpServer server({.host = "127.0.0.1", .port = 0, .max_connections = 1}, echo);
+// Past the limit a connection takes an idle one's place; only when every connection is being
+// answered does a new one get a 503.
+TEST(ServerHttp, ConnectionsPastTheLimitGet503WhenEveryOneIsBusy) {
+  std::atomic<bool> release{false}, entered{false};
+  HttpServer server({.host = "127.0.0.1", .port = 0, .max_connections = 1},
+                    [&](const HttpRequest& r, Responder& out) {
+                      entered = true;
+                      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                      out.send(200, "text/plain", r.path);
+                    });
   server.start();
   const int first = connect_to(server.port());
   send_all(first, "GET /a HTTP/1.1\r\n\r\n");
-  read_until(first, [](const std::string& s) { return s.ends_with("GET /a "); });  // it is being served
+  while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // it is being served
   const int second = connect_to(server.port());
   const std::string r = read_to_close(second);
   EXPECT_TRUE(r.starts_with("HTTP/1.1 503 ")) << r;
+  release = true;
+  EXPECT_TRUE(read_until(first, [](const std::string& s) { return s.ends_with("/a"); }).ends_with("/a"));
   ::close(second);
   ::close(first);
 }
@@ -235,6 +247,46 @@ TEST(ServerHttp, StopClosesIdleConnectionsPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(read_to_close(fd), "");
   ::close(fd);
+}
+
+// A client that closes its sending side once the request is out (shutdown(SHUT_WR), as `nc -N`
+// and some proxies do) still reads the whole answer, also when the handler takes a while and checks
+// client_gone() meanwhile.
+TEST(ServerHttp, AClientThatHalfClosesAfterItsRequestGetsTheAnswer) {
+  HttpServer server({.host = "127.0.0.1", .port = 0}, [](const HttpRequest& r, Responder& out) {
+    for (int i = 0; i < 5; ++i) {
+      if (out.client_gone()) return;  // would leave no response: a 500 before the fix
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    out.send(200, "text/plain", "answer to " + r.body);
+  });
+  server.start();
+  const int fd = connect_to(server.port());
+  send_all(fd, "POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+  ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+  const std::string r = read_to_close(fd);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200 OK\r\n")) << r;
+  EXPECT_TRUE(r.ends_with("answer to hi")) << r;
+  ::close(fd);
+}
+
+// Many idle connections (opened and left silent, far more than max_connections) must not lock out a
+// client that sends a request: each new connection takes the place of the one idle longest.
+TEST(ServerHttp, IdleConnectionsDoNotLockOutAClientWithARequest) {
+  HttpServer server({.host = "127.0.0.1", .port = 0, .timeout_seconds = 60, .max_connections = 16}, echo);
+  server.start();
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(connect_to(server.port()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = connect_to(server.port());
+  send_all(fd, "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string r = read_to_close(fd);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200 OK\r\n")) << r;
+  EXPECT_TRUE(r.ends_with("GET /a ")) << r;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // not the 60 s idle limit
+  ::close(fd);
+  for (int c : idle) ::close(c);
+  server.stop();
 }
 
 TEST(ServerHttp, AnAddressInUseIsAClearError) {

@@ -7,7 +7,10 @@
 #include "tessera/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -16,6 +19,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/train/trainer.h"
 
@@ -162,6 +166,83 @@ TEST_F(Checkpoints, TruncatedOrCorruptCheckpointFallsBackToThePreviousOne) {
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "t" / "checkpoints" / "20.tmp"));
   // The resumed run saved 10, 15 and 16 again over the bad ones; they verify now.
   for (int64_t s : {10, 15, 16}) EXPECT_NO_THROW(checkpoint::verify_checkpoint(ckpt("t", s))) << s;
+}
+
+// The manifest carries the step and the data iterator's position: an edit of either (here the row
+// cursor, which would make a resume read other batches) fails the manifest's own CRC32C and the
+// resume falls back to the previous checkpoint.
+TEST_F(Checkpoints, AnEditedManifestFailsItsOwnChecksum) {
+  run(config("mc", {"steps=10"}));  // checkpoints 5, 10
+  const fs::path mpath = ckpt("mc", 10) / "manifest.json";
+  nlohmann::json m = nlohmann::json::parse(read_file(mpath));
+  ASSERT_TRUE(m.contains("manifest_crc32c")) << m.dump();
+  m["data_iterator"]["row"] = m["data_iterator"]["row"].get<int64_t>() + 2;
+  write_file_atomically(mpath, m.dump(2));
+  try {
+    checkpoint::verify_checkpoint(ckpt("mc", 10));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find(mpath.string() + ": CRC32C"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not match its \"manifest_crc32c\""), std::string::npos)
+        << e.what();
+  }
+  m.erase("manifest_crc32c");  // dropping the checksum is no way round it
+  write_file_atomically(mpath, m.dump(2));
+  EXPECT_THROW(checkpoint::verify_checkpoint(ckpt("mc", 10)), Error);
+  // Layout alone (indentation) does not change the checksum.
+  const fs::path m5 = ckpt("mc", 5) / "manifest.json";
+  write_file_atomically(m5, nlohmann::json::parse(read_file(m5)).dump(4));
+  EXPECT_NO_THROW(checkpoint::verify_checkpoint(ckpt("mc", 5)));
+  std::string log;
+  int64_t start = -1;
+  run(config("mc", {"steps=11"}), &log, &start);
+  EXPECT_EQ(start, 5);
+  EXPECT_NE(log.find("skipping checkpoint 10: " + mpath.string()), std::string::npos) << log;
+}
+
+// The lines of the steps a checkpoint covers are on disk before the checkpoint is: a process killed
+// (no destructor, no flush) right after a save still leaves steps 0..9 in the metrics file, and the
+// resumed run then writes each later step once. The killed run is this binary again, running the
+// disabled test below in a fresh process (forking a process with OpenMP threads is not safe).
+const char* kKillDirVar = "TESSERA_TEST_KILL_DIR";
+
+TEST_F(Checkpoints, DISABLED_MetricsKillChild) {
+  const char* dir = std::getenv(kKillDirVar);
+  if (!dir) GTEST_SKIP() << "run by MetricsOfCheckpointedStepsSurviveAKill";
+  dir_ = dir;
+  const Config cfg = config("mk", {"steps=20", "async_checkpointing=false",
+                                   "metrics_file=" + (dir_ / "metrics.jsonl").string()});
+  std::ostringstream out;
+  train::Trainer t(cfg, out);
+  t.run([&](const train::StepMetrics& m) {
+    // Step 9 completes checkpoint 10 (saved before this call); die at once, mid-run.
+    if (m.step == 9) ::_exit(fs::exists(ckpt("mk", 10) / "manifest.json") ? 0 : 2);
+  });
+  ::_exit(1);
+}
+
+TEST_F(Checkpoints, MetricsOfCheckpointedStepsSurviveAKill) {
+  const fs::path metrics = dir_ / "metrics.jsonl";
+  const std::string cmd = fmt::format(
+      "{}='{}' /proc/{}/exe --gtest_also_run_disabled_tests --gtest_filter=Checkpoints.DISABLED_MetricsKillChild "
+      ">/dev/null 2>&1",
+      kKillDirVar, dir_.string(), ::getpid());
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << ": " << status;
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    std::istringstream in(read_file(metrics));
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["step"]);
+    return out;
+  };
+  std::vector<int64_t> want(10);
+  for (int64_t i = 0; i < 10; ++i) want[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(steps(), want);  // every step of checkpoint 10: 6..9 came after the last log-step flush (5)
+  run(config("mk", {"steps=12", "metrics_file=" + metrics.string()}));
+  want.push_back(10);
+  want.push_back(11);
+  EXPECT_EQ(steps(), want);
 }
 
 TEST_F(Checkpoints, NoIntactCheckpointIsAnError) {

@@ -37,6 +37,16 @@ std::string crc_hex(uint32_t crc) {
   return fmt::format("{:08x}", crc);
 }
 
+constexpr const char* kManifestCrcKey = "manifest_crc32c";
+
+// The CRC32C of the manifest without its own checksum, over nlohmann's compact dump: keys sorted,
+// no spaces, so it does not depend on the file's layout.
+std::string manifest_crc(nlohmann::json m) {
+  m.erase(kManifestCrcKey);
+  const std::string text = m.dump();
+  return crc_hex(crc32c(text.data(), text.size()));
+}
+
 std::string piece_key(const std::string& name) {
   return "piece:" + name;
 }
@@ -128,7 +138,7 @@ std::vector<int64_t> publish(const fs::path& root, int64_t step, nlohmann::json 
   std::error_code ec;
   const fs::path final_dir = root / std::to_string(step), tmp = root / (std::to_string(step) + ".tmp");
   manifest["files"] = files;
-  write_file_atomically(tmp / kManifestFile, manifest.dump(2) + "\n");
+  write_file_atomically(tmp / kManifestFile, manifest_text(std::move(manifest)));
   fsync_path(tmp);
 
   // rename(2) does not replace a non-empty folder: an existing <step>/ (one a resume skipped as
@@ -354,6 +364,11 @@ std::vector<int64_t> list_checkpoints(const fs::path& root) {
   return steps;
 }
 
+std::string manifest_text(nlohmann::json manifest) {
+  manifest[kManifestCrcKey] = manifest_crc(manifest);
+  return manifest.dump(2) + "\n";
+}
+
 nlohmann::json verify_checkpoint(const fs::path& dir) {
   const fs::path mpath = dir / kManifestFile;
   if (!fs::is_regular_file(mpath))
@@ -361,18 +376,19 @@ nlohmann::json verify_checkpoint(const fs::path& dir) {
          mpath.string());
   nlohmann::json m;
   try {
-    std::string text;
-    {
-      std::FILE* f = std::fopen(mpath.c_str(), "rb");
-      if (!f) fail(ErrorKind::kIo, "{}: cannot open: {}", mpath.string(), std::strerror(errno));
-      char buf[65536];
-      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-      std::fclose(f);
-    }
+    const std::string text = read_file(mpath, kReadFileLimit, "checkpoint manifest");
     m = nlohmann::json::parse(text);
     if (m.value("format", "") != "tessera-checkpoint")
       fail(ErrorKind::kIo, "{}: not a Tessera checkpoint manifest (no \"format\": \"tessera-checkpoint\")",
            mpath.string());
+    if (!m.contains(kManifestCrcKey) || !m[kManifestCrcKey].is_string())
+      fail(ErrorKind::kIo, "{}: has no \"{}\" (its own checksum); the manifest was edited or truncated",
+           mpath.string(), kManifestCrcKey);
+    if (const std::string crc = manifest_crc(m); crc != m[kManifestCrcKey].get<std::string>())
+      fail(ErrorKind::kIo,
+           "{}: CRC32C {} of the manifest does not match its \"{}\" {} (the manifest was edited or is corrupt; "
+           "it holds the step and the data position, so it is not trusted)",
+           mpath.string(), crc, kManifestCrcKey, m[kManifestCrcKey].get<std::string>());
     const int version = m.at("format_version").get<int>();
     if (version > kCheckpointFormatVersion)
       fail(ErrorKind::kIo, "{}: format_version {} is newer than this build reads ({})", mpath.string(),

@@ -124,6 +124,10 @@ std::filesystem::path make_tmp_dir(const std::filesystem::path& root, int64_t st
 // deleted steps.
 std::vector<int64_t> publish(const std::filesystem::path& root, int64_t step, nlohmann::json manifest,
                              const nlohmann::json& files, int64_t keep);
+// The manifest as written: its JSON with `manifest_crc32c`, the CRC32C of the manifest's compact
+// dump without that key, so that an edit of the step or the data-iterator position is caught on
+// restore as the data files' edits are.
+std::string manifest_text(nlohmann::json manifest);
 // A manifest's entry for one file: its size and CRC32C.
 nlohmann::json file_entry(uint64_t bytes, uint32_t crc);
 // The one-rank checkpoint: params.safetensors and opt_state.safetensors, then publish().

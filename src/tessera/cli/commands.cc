@@ -6,17 +6,20 @@
 
 #include <chrono>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/core/stack_trace.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
+#include "tessera/graph/plan.h"
 #include "tessera/cli/sample.h"
 #include "tessera/compile/plan_file.h"
 #include "tessera/train/trainer.h"
@@ -230,7 +233,18 @@ int train(const ConfigArgs& args, std::ostream& out) {
     std::fflush(stderr);
     std::_Exit(kExitHang);
   });
-  train::Trainer trainer(cfg, log, mesh.get());
+  // A shape the plan cannot hold (a size past 64 bits) comes from the config: said with its keys.
+  std::unique_ptr<train::Trainer> made;
+  try {
+    made = std::make_unique<train::Trainer>(cfg, log, mesh.get());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kShape) throw;
+    fail(ErrorKind::kConfig,
+         "{}; the plan's shapes come from base_emb_dim, base_mlp_dim, base_num_query_heads, base_num_kv_heads, "
+         "head_dim, base_num_decoder_layers, vocab_size, per_device_batch_size and max_target_length",
+         e.what());
+  }
+  train::Trainer& trainer = *made;
   try {
     train_and_sample(cfg, trainer, log);
   } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera {
 namespace {
@@ -75,21 +76,55 @@ const std::map<std::string_view, std::string_view>& derived_names() {
                     : fmt::format("; did you mean '{}'?", hint));
 }
 
+// Config files and presets are a few KiB; a larger file is a wrong path.
+constexpr uint64_t kConfigFileLimit = uint64_t{16} << 20;
+
 std::string read_text_file(const fs::path& path, std::string_view what) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    fail(ErrorKind::kConfig, "cannot read {} '{}': it is a directory", what, path.string());
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(ErrorKind::kConfig, "cannot read {} '{}': {}", what, path.string(), std::strerror(errno));
   std::string text;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  bool bad = std::ferror(f);
-  int err = errno;
-  std::fclose(f);
-  if (bad) fail(ErrorKind::kConfig, "cannot read {} '{}': {}", what, path.string(), std::strerror(err));
+  try {
+    text = read_file(path, kConfigFileLimit, what);  // a regular file only: never a FIFO or a device
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kConfig, e.what());
+  }
+  if (size_t nul = text.find('\0'); nul != std::string::npos)
+    fail(ErrorKind::kConfig, "{}:{}: a NUL byte at offset {}; a config is text", path.string(),
+         1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n'), nul);
   return text;
+}
+
+// yaml-cpp ends a quoted scalar that is never closed at the end of the file without a word (when
+// the file ends in a newline), so `run_name: "abc` followed by more lines swallows them. Every
+// quoted scalar must close: the text at the node's mark opens the quote; the scan finds its end.
+void check_quotes_closed(const std::string& text, const YAML::Node& n, const fs::path& path) {
+  if (n.IsMap() || n.IsSequence()) {
+    for (const auto& e : n) {
+      if (n.IsMap()) {
+        check_quotes_closed(text, e.first, path);
+        check_quotes_closed(text, e.second, path);
+      } else {
+        check_quotes_closed(text, e, path);
+      }
+    }
+    return;
+  }
+  if (!n.IsScalar() || n.Tag() != "!") return;  // "!" is the tag of a quoted (non-plain) scalar
+  const YAML::Mark m = n.Mark();
+  if (m.pos < 0 || static_cast<size_t>(m.pos) >= text.size()) return;
+  const char q = text[static_cast<size_t>(m.pos)];
+  if (q != '"' && q != '\'') return;
+  for (size_t i = static_cast<size_t>(m.pos) + 1; i < text.size(); ++i) {
+    if (q == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside a single-quoted scalar
+        continue;
+      }
+      return;
+    }
+  }
+  fail(ErrorKind::kConfig, "{}:{}:{}: the quote {} opened here is never closed", path.string(), m.line + 1,
+       m.column + 1, q);
 }
 
 // The file's top-level map (a null node for an empty file).
@@ -97,11 +132,17 @@ const YAML::Node parse_yaml_file(const fs::path& path, std::string_view what) {
   std::string text = read_text_file(path, what);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // One document per file: a second one (after `---`) would be ignored, so it is refused.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1)
+      fail(ErrorKind::kConfig, "{}:{}: a second YAML document; a config file holds one", path.string(),
+           docs[1].Mark().line + 1);
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     fail(ErrorKind::kConfig, "{}:{}:{}: malformed YAML: {}", path.string(), e.mark.line + 1,
          e.mark.column + 1, e.msg);
   }
+  check_quotes_closed(text, root, path);
   if (!root.IsNull() && !root.IsMap())
     fail(ErrorKind::kConfig, "{}: expected `key: value` lines at the top level, found a {}", path.string(),
          root.IsSequence() ? "list" : "single value");

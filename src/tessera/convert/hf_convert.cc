@@ -375,7 +375,7 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
   const std::map<std::string, std::string> meta = {{"format", "tessera"}, {"step", "0"}};
   write_safetensors((out.path() / checkpoint::kParamsFile).string(), tensors, meta);
   const json manifest = checkpoint_manifest(cfg, hf, out.path(), r.params, r.tensors);
-  write_file_atomically(out.path() / checkpoint::kManifestFile, manifest.dump(2) + "\n");
+  write_file_atomically(out.path() / checkpoint::kManifestFile, checkpoint::manifest_text(manifest));
   checkpoint::verify_checkpoint(out.path());  // what load_parameters_path checks before reading
   out.commit();
   return r;

@@ -6,19 +6,20 @@
 #include <cstring>
 #include <utility>
 
+#include "tessera/core/checked.h"
 #include "tessera/core/error.h"
 
 namespace tessera {
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
-size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t round_up(size_t x, size_t a) { return checked_add(x, a - 1, "arena size") / a * a; }
 }  // namespace
 
 Arena::Arena(size_t capacity, std::string name) : name_(std::move(name)) {
   capacity_ = round_up(capacity == 0 ? 1 : capacity, kHugePage);
   // Over-map by one huge page so the region can start on a 2 MiB boundary (THP needs it).
-  size_t map_bytes = capacity_ + kHugePage;
+  size_t map_bytes = checked_add(capacity_, kHugePage, "arena size");
   void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     fail(ErrorKind::kRuntime, "arena '{}': cannot map {} bytes: {}", name_, map_bytes, std::strerror(errno));
@@ -56,7 +57,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
 
 void* Arena::allocate(size_t bytes, size_t alignment) {
   size_t start = round_up(used_, alignment);
-  if (start + bytes > capacity_)
+  if (bytes > capacity_ || start > capacity_ - bytes)
     fail(ErrorKind::kRuntime, "arena '{}' is full: {} bytes asked, {} of {} used", name_, bytes, used_,
          capacity_);
   used_ = start + bytes;
@@ -64,11 +65,13 @@ void* Arena::allocate(size_t bytes, size_t alignment) {
 }
 
 Tensor Arena::tensor(Shape shape, DType dtype) {
-  return Tensor(allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), shape, dtype, device());
+  return Tensor(allocate(checked_mul(static_cast<size_t>(shape.numel()), dtype_size(dtype), shape.str())), shape,
+                dtype, device());
 }
 
 size_t aligned_bytes(Shape shape, DType dtype) {
-  return round_up(static_cast<size_t>(shape.numel()) * dtype_size(dtype), Arena::kAlignment);
+  return round_up(checked_mul(static_cast<size_t>(shape.numel()), dtype_size(dtype), shape.str()),
+                  Arena::kAlignment);
 }
 
 }  // namespace tessera

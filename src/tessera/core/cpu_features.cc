@@ -1,5 +1,6 @@
 #include "tessera/core/cpu_features.h"
 
+#include <algorithm>
 #include <omp.h>
 #include <sched.h>
 
@@ -110,10 +111,18 @@ int num_threads() {
 
 void set_num_threads(int n) {
   if (n < 0) fail(ErrorKind::kConfig, "num_threads must be >= 0 (0 = all cores), got {}", n);
-  if (n == 0) {
-    cpu_set_t set;
-    n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
-  }
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
+  // More threads than kMaxThreadsPerCore per core only adds contention, and thousands of them make
+  // libgomp abort the process when it cannot create them: refused with the largest useful value.
+  constexpr int kMaxThreadsPerCore = 8;
+  const int most = std::max(1, cores) * kMaxThreadsPerCore;
+  if (n > most)
+    fail(ErrorKind::kConfig,
+         "num_threads={} is more than {} threads per core for the {} cores this process may run on; "
+         "use at most {} (0 = one per core)",
+         n, kMaxThreadsPerCore, cores, most);
+  if (n == 0) n = cores;
   omp_set_num_threads(n);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera {
 
@@ -66,8 +67,7 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 }
 
 uint32_t crc32c_file(const std::string& path, uint64_t* bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  int fd = open_regular_file(path);
   // 1 MiB reads: large enough that the system call cost vanishes, small enough to stay in L2/L3.
   std::vector<uint8_t> buf(size_t{1} << 20);
   uint32_t crc = 0;

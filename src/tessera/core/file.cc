@@ -25,11 +25,38 @@ constexpr size_t kWriteBuffer = size_t{1} << 20;  // appends are gathered into 1
   fail(ErrorKind::kIo, "{} '{}': {}", what, path.string(), std::strerror(errno));
 }
 
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
 
+int open_regular_file(const fs::path& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail(ErrorKind::kIo, "cannot open {} '{}': {}", what, path.string(), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail(ErrorKind::kIo, "cannot stat {} '{}': {}", what, path.string(), std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(ErrorKind::kIo, "{} '{}' is {}; expected a regular file", what, path.string(),
+         file_type_name(st.st_mode));
+  }
+  // Regular files ignore O_NONBLOCK for reads; cleared anyway so the descriptor behaves as usual.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 MappedFile::MappedFile(const fs::path& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_fail("cannot open", path);
+  const int fd = open_regular_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -121,13 +148,38 @@ void AtomicFileWriter::commit() {
   }
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) io_fail("cannot open", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) io_fail("cannot read", path);
-  return std::move(s).str();
+std::string read_file(const fs::path& path, uint64_t max_bytes, std::string_view what) {
+  const int fd = open_regular_file(path, what);
+  struct stat st {};
+  ::fstat(fd, &st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    fail(ErrorKind::kIo, "{} '{}' has {} bytes, more than the {} bytes read whole; wrong path?", what,
+         path.string(), size, max_bytes);
+  }
+  std::string text;
+  text.reserve(size);
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(ErrorKind::kIo, "cannot read {} '{}' at offset {}: {}", what, path.string(), text.size(),
+           std::strerror(e));
+    }
+    if (r == 0) break;
+    // A file growing while it is read is still held to the limit.
+    if (text.size() + static_cast<size_t>(r) > max_bytes) {
+      ::close(fd);
+      fail(ErrorKind::kIo, "{} '{}' grew past {} bytes while being read", what, path.string(), max_bytes);
+    }
+    text.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return text;
 }
 
 void write_file_atomically(const fs::path& path, std::string_view text) {

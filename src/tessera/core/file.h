@@ -57,8 +57,21 @@ class AtomicFileWriter {
   std::string buffer_;
 };
 
-// The whole file as bytes. Throws kIo.
-std::string read_file(const std::filesystem::path& path);
+// Inputs are read only from regular files: a FIFO, a device or a folder given where a file is
+// expected would block or read forever, so it is refused with an error naming the path and what it
+// is. The file is opened without blocking (O_NONBLOCK: opening a FIFO does not wait for a writer),
+// checked with fstat, and the descriptor returned (the caller closes it). `what` names the input in
+// the message ("config file", "token shard"). Throws kIo.
+int open_regular_file(const std::filesystem::path& path, std::string_view what = "input file");
+
+// The largest file read_file reads whole unless told otherwise: configs, manifests, tokenizer files
+// and JSON sidecars are far smaller; a larger one is a wrong path, not an input.
+inline constexpr uint64_t kReadFileLimit = uint64_t{1} << 30;  // 1 GiB
+
+// The whole of a regular file as bytes; a file over max_bytes is refused naming its size and the
+// limit. Throws kIo.
+std::string read_file(const std::filesystem::path& path, uint64_t max_bytes = kReadFileLimit,
+                      std::string_view what = "input file");
 // Writes `text` to `path` atomically (through AtomicFileWriter).
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 // fsync of a file or a folder (a folder's fsync makes the names in it durable: the renames).

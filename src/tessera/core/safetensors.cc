@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -38,8 +39,7 @@ bool st_dtype(const std::string& s, DType* out) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  int fd = open_regular_file(path, "safetensors file");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     ::close(fd);
@@ -67,6 +67,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     fail(ErrorKind::kIo, "{}: the JSON header (bytes 8..{}) does not parse: {}", path, 8 + n, e.what());
   }
   const size_t data_begin = 8 + n, data_size = size_ - data_begin;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;  // every tensor's bytes, to refuse two that share some
   for (auto& [name, e] : header.items()) {
     if (name == "__metadata__") {
       for (auto& [k, v] : e.items())
@@ -88,8 +93,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (en - b != want)
       fail(ErrorKind::kIo, "{}: tensor '{}' has {} bytes at offset {} but its shape {} x {} needs {}", path, name,
            en - b, data_begin + b, shape.str(), dtype_name(dt), want);
+    if (en > b) spans.push_back({b, en, name});
     entries_.emplace(name, Tensor(const_cast<uint8_t*>(bytes + data_begin + b), shape, dt));
   }
+  // Tensors own disjoint bytes: a crafted or hand-edited file whose tensors overlap would make
+  // writes through one visible in another (a restored parameter aliasing its optimizer moment).
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].begin < spans[i - 1].end)
+      fail(ErrorKind::kIo,
+           "{}: tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap; each tensor needs bytes of its own",
+           path, spans[i - 1].name, data_begin + spans[i - 1].begin, data_begin + spans[i - 1].end, spans[i].name,
+           data_begin + spans[i].begin, data_begin + spans[i].end);
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -24,7 +24,11 @@ Shape Shape::of_rank(int rank) {
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  for (int i = 0; i < rank_; ++i) {
+    if (__builtin_mul_overflow(n, dims_[i], &n))
+      fail(ErrorKind::kShape, "shape {} has more elements than fit in 64 bits (a dimension far too large?)",
+           str());
+  }
   return n;
 }
 

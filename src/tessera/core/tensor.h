@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tessera/core/device.h"
+#include "tessera/core/checked.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera {
@@ -48,7 +49,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return checked_mul(static_cast<size_t>(numel()), dtype_size(dtype_), "tensor bytes"); }
   int64_t stride(int i) const { return strides_[i < 0 ? i + rank() : i]; }
   bool is_contiguous() const;
   bool defined() const { return data_ != nullptr; }

@@ -20,6 +20,23 @@ bool has_extension(const fs::path& p, std::span<const std::string_view> extensio
   return false;
 }
 
+// A data file that is not a regular file (a shard replaced by a folder, a device, a FIFO) is an
+// error naming it, not a file silently left out of the dataset.
+void add_data_file(const fs::path& p, std::vector<fs::path>& out) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (fs::is_regular_file(st)) {
+    out.push_back(p);
+    return;
+  }
+  const char* what = fs::is_directory(st) ? "a folder"
+                     : fs::is_fifo(st)    ? "a FIFO (named pipe)"
+                     : fs::is_character_file(st) || fs::is_block_file(st) ? "a device"
+                     : ec                                                 ? "unreadable"
+                                                                          : "not a regular file";
+  fail(ErrorKind::kIo, "data file '{}' is {}; expected a regular file", p.string(), what);
+}
+
 void resolve_one(std::string_view spec, std::span<const std::string_view> extensions,
                  std::vector<fs::path>& out) {
   const fs::path p{std::string(spec)};
@@ -30,16 +47,17 @@ void resolve_one(std::string_view spec, std::span<const std::string_view> extens
   }
   if (fs::is_directory(p, ec)) {
     for (const fs::directory_entry& e : fs::directory_iterator(p, ec))
-      if (e.is_regular_file() && has_extension(e.path(), extensions)) out.push_back(e.path());
+      if (has_extension(e.path(), extensions)) add_data_file(e.path(), out);
     if (ec) fail(ErrorKind::kIo, "cannot list the folder '{}': {}", p.string(), ec.message());
     return;
   }
+  if (fs::exists(p, ec)) add_data_file(p, out);  // named exactly but neither file nor folder: refused
   glob_t g{};
   const int rc = ::glob(std::string(spec).c_str(), 0, nullptr, &g);
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) {
       fs::path m(g.gl_pathv[i]);
-      if (fs::is_regular_file(m, ec) && has_extension(m, extensions)) out.push_back(m);
+      if (has_extension(m, extensions)) add_data_file(m, out);
     }
   ::globfree(&g);
 }

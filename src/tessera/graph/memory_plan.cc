@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "tessera/core/arena.h"
+#include "tessera/core/checked.h"
 #include "tessera/core/error.h"
 
 namespace tessera::graph {
@@ -51,7 +52,7 @@ MemoryPlan plan_memory(const Graph& g) {
   // Lower bound: bytes live at each node.
   std::vector<size_t> live(std::max(nn, 1), 0);
   for (ValueId v : placed_order)
-    for (int i = life[v].first; i <= life[v].last; ++i) live[i] += life[v].bytes;
+    for (int i = life[v].first; i <= life[v].last; ++i) live[i] = checked_add(live[i], life[v].bytes, "live activations");
   auto peak = std::max_element(live.begin(), live.end());
   plan.lower_bound = *peak;
   plan.peak_node = static_cast<int>(peak - live.begin());
@@ -72,7 +73,7 @@ MemoryPlan plan_memory(const Graph& g) {
       at = std::max(at, e);
     }
     plan.offset[v] = at;
-    plan.arena_bytes = std::max(plan.arena_bytes, at + life[v].bytes);
+    plan.arena_bytes = std::max(plan.arena_bytes, checked_add(at, life[v].bytes, "the activation arena"));
     done.push_back(v);
   }
   for (size_t v = 0; v < nv; ++v)

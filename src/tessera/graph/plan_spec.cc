@@ -33,7 +33,7 @@ struct Cursor {
   size_t at = 0;
   Placement take(const Shape& s, DType t) {
     Placement p{arena, at, s, t};
-    at += aligned_bytes(s, t);
+    at = checked_add(at, aligned_bytes(s, t), "the parameter arena");
     return p;
   }
 };

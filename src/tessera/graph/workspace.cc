@@ -1,11 +1,41 @@
 #include "tessera/graph/workspace.h"
 
+#include <unistd.h>
+
+#include "tessera/core/checked.h"
 #include "tessera/core/error.h"
 
 namespace tessera::graph {
 
+namespace {
+
+// The arenas are mapped and pre-faulted whole: a plan larger than this machine's memory would be
+// killed by the kernel part-way through (or swap for hours), so it is refused before anything is
+// mapped, with the keys that size it.
+void check_fits_in_memory(const PlanSpec& spec) {
+  const size_t persistent = spec.arena_bytes(ArenaKind::kPersistent);
+  const size_t activations = spec.arena_bytes(ArenaKind::kActivations);
+  const size_t gathered = spec.arena_bytes(ArenaKind::kGathered);
+  const size_t total = checked_add(checked_add(persistent, activations, "the plan"), gathered, "the plan");
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
+  const size_t memory = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  constexpr double kGiB = double(1 << 30);
+  TESSERA_CHECK(total <= memory, ErrorKind::kConfig,
+                "the plan needs {:.2f} GiB (parameters, gradients and optimizer state {:.2f} GiB: base_emb_dim, "
+                "base_mlp_dim, base_num_decoder_layers, vocab_size, weight_dtype; activations {:.2f} GiB: "
+                "per_device_batch_size, max_target_length, remat_policy; gathered {:.2f} GiB) but this "
+                "machine has {:.2f} GiB of memory; make the model or the batch smaller",
+                static_cast<double>(total) / kGiB, static_cast<double>(persistent) / kGiB,
+                static_cast<double>(activations) / kGiB, static_cast<double>(gathered) / kGiB,
+                static_cast<double>(memory) / kGiB);
+}
+
+}  // namespace
+
 Workspace::Workspace(const PlanSpec& spec) {
   TESSERA_CHECK(spec.has_graph(), ErrorKind::kInternal, "a PlanSpec loaded from JSON has no graph to bind");
+  check_fits_in_memory(spec);
   persistent_ = Arena(spec.arena_bytes(ArenaKind::kPersistent), "parameters and optimizer state");
   activations_ = Arena(spec.arena_bytes(ArenaKind::kActivations), "activations");
   if (spec.arena_bytes(ArenaKind::kGathered) > 0)

@@ -1,6 +1,7 @@
 #include "tessera/train/metrics_writer.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -69,6 +70,12 @@ void MetricsFile::write(int64_t step, std::span<const Scalar> scalars) {
 void MetricsFile::flush() {
   if (std::fflush(file_) != 0)
     fail(ErrorKind::kIo, "metrics_file '{}': flush failed: {}", path_.string(), std::strerror(errno));
+}
+
+void MetricsFile::sync() {
+  flush();
+  if (::fsync(::fileno(file_)) != 0)
+    fail(ErrorKind::kIo, "metrics_file '{}': fsync failed: {}", path_.string(), std::strerror(errno));
 }
 
 }  // namespace tessera::train

@@ -7,7 +7,9 @@
 // A fresh run (start step 0) truncates the file, as MaxText does. A resumed run first drops the
 // lines of the steps it is about to repeat (and a partial last line left by a killed process), so
 // the file holds each step once, in order. Lines are buffered and reach the file on flush() (every
-// log_period steps) and on destruction.
+// log_period steps) and on destruction; sync() also fsyncs them, and the trainer calls it before it
+// saves a checkpoint, so that a process killed after the checkpoint is published has the lines of
+// every step the checkpoint covers on disk (the resume then repeats none and loses none).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ class MetricsFile {
 
   void write(int64_t step, std::span<const Scalar> scalars);
   void flush();
+  void sync();  // flush() and fsync
   const std::filesystem::path& path() const { return path_; }
 
  private:

@@ -519,6 +519,7 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
       // The last save and one forced by a signal are written before returning anyway: no snapshot.
       if (step_ % cfg_.checkpoint_period == 0 || last || sig) {
         auto region = diag_->region(Region::kCheckpointSave);
+        if (metrics_file_) metrics_file_->sync();  // the checkpoint's steps' lines reach disk first
         checkpointer_->save(step_, data_iterator_state(), cfg_.async_checkpointing && !last && !sig);
       }
     }

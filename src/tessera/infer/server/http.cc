@@ -313,14 +313,13 @@ class SocketResponder final : public Responder {
     return chunked_ok_ ? ok(write_all(fd_, "0\r\n\r\n")) : true;
   }
 
+  // The end of the client's stream (read gives 0, POLLRDHUP) is not "gone": a client may close its
+  // sending side after the request and still read the answer. Gone is a hang-up or an error.
   bool client_gone() override {
     if (broken_) return true;
-    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    pollfd p{fd_, 0, 0};  // POLLHUP and POLLERR are reported whatever is asked
     if (::poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return broken_ = true;
-    char c;
-    // Readable: either the next pipelined request or the end of the stream (recv gives 0).
-    if (p.revents & POLLIN) return broken_ = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    if (p.revents & (POLLHUP | POLLERR)) return broken_ = true;
     return false;
   }
 
@@ -392,7 +391,7 @@ void HttpServer::stop() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
   std::unique_lock lock(mu_);
-  all_closed_.wait(lock, [&] { return open_connections_ == 0; });
+  all_closed_.wait(lock, [&] { return connections_.empty(); });
   lock.unlock();
   for (int& fd : wake_pipe_) {
     if (fd >= 0) ::close(fd);
@@ -415,33 +414,50 @@ void HttpServer::accept_loop() {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;  // otherwise the client gave up before it was accepted
     }
+    Connection* c = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (open_connections_ >= options_.max_connections) {
+      int live = 0;
+      for (const Connection& o : connections_) live += o.evicted ? 0 : 1;
+      if (live >= options_.max_connections && !evict_longest_waiting()) {
         write_all(fd, format_response(503, "application/json",
                                       error_json(503, "too many open connections; try again later"), false));
         ::close(fd);
         continue;
       }
-      ++open_connections_;
+      c = &connections_.emplace_back(Connection{fd, true, false, Clock::now()});
     }
     try {
-      std::thread([this, fd] { serve_connection(fd); }).detach();
+      std::thread([this, c] { serve_connection(c); }).detach();
     } catch (const std::system_error&) {  // no thread to be had: refuse this one
       write_all(fd, format_response(503, "application/json", error_json(503, "the server is out of threads"),
                                     false));
-      ::close(fd);
-      connection_done();
+      connection_done(c);
     }
   }
 }
 
-void HttpServer::connection_done() {
-  std::lock_guard lock(mu_);
-  if (--open_connections_ == 0) all_closed_.notify_all();
+bool HttpServer::evict_longest_waiting() {
+  Connection* oldest = nullptr;
+  for (Connection& o : connections_)
+    if (o.waiting && !o.evicted && (!oldest || o.since < oldest->since)) oldest = &o;
+  if (!oldest) return false;
+  oldest->evicted = true;
+  ::shutdown(oldest->fd, SHUT_RDWR);  // its thread's poll() wakes, reads the end and closes
+  return true;
 }
 
-void HttpServer::serve_connection(int fd) {
+// Closes the connection's socket with mu_ held, so that an eviction never shuts down a descriptor
+// number already reused by another connection.
+void HttpServer::connection_done(Connection* c) {
+  std::lock_guard lock(mu_);
+  ::close(c->fd);
+  connections_.remove_if([c](const Connection& o) { return &o == c; });
+  if (connections_.empty()) all_closed_.notify_all();
+}
+
+void HttpServer::serve_connection(Connection* c) {
+  const int fd = c->fd;
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // stream chunks leave at once
   timeval tv{};
@@ -459,6 +475,12 @@ void HttpServer::serve_connection(int fd) {
     // Read until one request is complete (it may already be buffered).
     RequestParser::State state = parser.feed({});
     const Clock::time_point deadline = Clock::now() + timeout;
+    {
+      std::lock_guard lock(mu_);
+      if (c->evicted) break;
+      c->waiting = true;
+      c->since = Clock::now();
+    }
     bool sent_continue = false;
     while (state == RequestParser::State::kIncomplete) {
       if (stopping_ && !parser.started()) {
@@ -493,6 +515,11 @@ void HttpServer::serve_connection(int fd) {
         sent_continue = write_all(fd, "HTTP/1.1 100 Continue\r\n\r\n");
     }
     if (!open) break;
+    {
+      std::lock_guard lock(mu_);
+      if (c->evicted) break;  // shut down for a newer connection as the request completed
+      c->waiting = false;     // being answered: never evicted
+    }
     if (state == RequestParser::State::kError) {
       write_all(fd, format_response(parser.error_status(), "application/json",
                                     error_json(parser.error_status(), parser.error_message()), false));
@@ -511,8 +538,7 @@ void HttpServer::serve_connection(int fd) {
     parser.reset();
   }
   ::shutdown(fd, SHUT_WR);
-  ::close(fd);
-  connection_done();
+  connection_done(c);
 }
 
 }  // namespace tessera::infer::server

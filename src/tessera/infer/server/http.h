@@ -4,8 +4,14 @@
 //
 // Threads: one accept thread (poll() on the listening socket and a wake-up pipe) and one thread
 // per connection, which parses requests and calls the handler. These threads only do I/O and wait;
-// compute happens elsewhere (the server's scheduler thread). Connections beyond max_connections
-// get a 503 and are closed.
+// compute happens elsewhere (the server's scheduler thread). At max_connections, a new connection
+// takes the place of the one that has waited longest for a request (idle in keep-alive, or slow to
+// send one): idle clients, however many, cannot lock out a client that sends a request. Only when
+// every connection is being answered does a new one get a 503.
+//
+// A client that closes its sending side after its request (shutdown(SHUT_WR)) still gets the
+// answer: the end of its stream only means no further requests come. A client that is gone (a
+// reset, or both sides closed) is noticed when a write fails or poll() reports the hang-up.
 //
 // Limits, each answered with a status and a JSON error body before the connection closes:
 //   400 malformed request line or header, 408 a request not complete within timeout_seconds,
@@ -16,9 +22,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -139,9 +147,17 @@ class HttpServer {
   void stop();
 
  private:
+  // One open connection; `waiting` while it waits for (the rest of) a request, when it may be
+  // evicted for a new one. Guarded by mu_.
+  struct Connection {
+    int fd;
+    bool waiting = true, evicted = false;
+    std::chrono::steady_clock::time_point since;
+  };
   void accept_loop();
-  void serve_connection(int fd);
-  void connection_done();
+  void serve_connection(Connection* c);
+  void connection_done(Connection* c);
+  bool evict_longest_waiting();  // with mu_ held; false when none waits
 
   HttpServerOptions options_;
   Handler handler_;
@@ -152,7 +168,7 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable all_closed_;
-  int open_connections_ = 0;  // guarded by mu_
+  std::list<Connection> connections_;  // guarded by mu_; a list, so that pointers stay valid
 };
 
 }  // namespace tessera::infer::server

@@ -164,6 +164,12 @@ void parse_prompt(const json& body, CompletionRequest& r) {
   r.prompt_ids = token_ids(p);
 }
 
+// An empty prompt ("", or [[]]) has nothing to continue: refused before it reaches the engine.
+void check_prompt_not_empty(const CompletionRequest& r) {
+  if (r.prompt.empty() && (!r.prompt_ids || r.prompt_ids->empty()))
+    throw ApiError(400, "'prompt' is empty; give at least one character or token id", "prompt");
+}
+
 std::string text_content(const json& content, size_t index) {
   const std::string key = fmt::format("messages[{}].content", index);
   if (content.is_string()) return content.get<std::string>();
@@ -284,7 +290,8 @@ CompletionRequest parse_request(std::string_view body, Endpoint endpoint) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past a double's range (`"max_tokens": 1e400`)
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -297,10 +304,12 @@ CompletionRequest parse_request(std::string_view body, Endpoint endpoint) {
   if (model.is_null()) throw ApiError(400, "'model' is required", "model");
   if (!model.is_string()) bad_field("model", "a string", model);
   r.model = model.get<std::string>();
-  if (endpoint == Endpoint::kCompletions)
+  if (endpoint == Endpoint::kCompletions) {
     parse_prompt(j, r);
-  else
+    check_prompt_not_empty(r);
+  } else {
     parse_messages(j, r);
+  }
   parse_sampling(j, r);
   parse_stop(j, r);
   check_neutral_fields(j);
