@@ -27,8 +27,8 @@ for name in $names; do
   log="$ARTIFACTS/$name/fuzz.log"
   if "$bin" "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$ARTIFACTS/$name/" "$work" "fuzz/corpus/$name" > "$log" 2>&1; then
-    echo "fuzz: $name: $(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') executions," \
-      "$(grep -o 'average_exec_per_sec: [0-9]*' "$log" | grep -o '[0-9]*$')/s, no crash"
+    echo "fuzz: $name: $(grep -o 'number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') executions," \
+      "$(grep -o 'average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$')/s, no crash"
   else
     echo "fuzz: $name FAILED (log: $log):"
     grep -E "ERROR|SUMMARY|Test unit written" "$log" | head -5

@@ -284,7 +284,7 @@ CompletionRequest parse_request(std::string_view body, Endpoint endpoint) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
