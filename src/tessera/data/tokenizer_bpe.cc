@@ -513,6 +513,19 @@ std::string pretokenizer_pattern(const json& pre, const std::string& where) {
        type);
 }
 
+std::unique_ptr<Tokenizer> load_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt);
+
+// Runs a loader of Hugging Face JSON files: a field of the wrong JSON type (a number where an
+// object or a string belongs) throws from nlohmann, and becomes kIo naming the file.
+template <typename Load>
+std::unique_ptr<Tokenizer> with_json_errors_as_io(const fs::path& path, Load load) {
+  try {
+    return load();
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kIo, "{}: malformed tokenizer file: {}", path.string(), e.what());
+  }
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {
   const std::string where = path.string();
   const json j = read_json(path);
@@ -554,6 +567,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& vocab_json, const fs::path& merges_txt) {
+  return with_json_errors_as_io(vocab_json, [&] { return load_vocab_and_merges(vocab_json, merges_txt); });
+}
+
+namespace {
+
+std::unique_ptr<Tokenizer> load_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt) {
   ByteBpeTokenizer::Vocab v;
   add_vocab(v, read_json(vocab_json), {}, vocab_json.string());
   // Tokens spelt like control tokens are special: never produced from text, decoded verbatim.
@@ -571,10 +590,14 @@ std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& vocab_json, cons
                                             std::move(v), std::string(kGpt2Pattern), false, bos, eos, pad);
 }
 
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    if (fs::is_regular_file(path / "tokenizer.json", ec)) return load_tokenizer_json(path / "tokenizer.json");
+    if (fs::is_regular_file(path / "tokenizer.json", ec))
+      return with_json_errors_as_io(path / "tokenizer.json",
+                                    [&] { return load_tokenizer_json(path / "tokenizer.json"); });
     if (fs::is_regular_file(path / "vocab.json", ec) && fs::is_regular_file(path / "merges.txt", ec))
       return load_huggingface_bpe(path / "vocab.json", path / "merges.txt");
     fail(ErrorKind::kIo, "the folder '{}' holds neither tokenizer.json nor vocab.json + merges.txt",
@@ -582,7 +605,7 @@ std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& path) {
   }
   if (!fs::is_regular_file(path, ec)) fail(ErrorKind::kIo, "no tokenizer at '{}'", path.string());
   if (path.filename() == "vocab.json") return load_huggingface_bpe(path, path.parent_path() / "merges.txt");
-  return load_tokenizer_json(path);
+  return with_json_errors_as_io(path, [&] { return load_tokenizer_json(path); });
 }
 
 }  // namespace tessera::data
