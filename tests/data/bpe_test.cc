@@ -131,6 +131,22 @@ TEST(ByteBpe, JsonFieldsOfTheWrongTypeAreIoErrors) {
   EXPECT_THROW(load_huggingface_bpe(vocab_json, merges), Error);
 }
 
+// The vocabulary table is dense up to the largest id: one huge id (found by fuzz/bpe_fuzz.cc) took
+// gigabytes and minutes before it was refused.
+TEST(ByteBpe, HugeTokenIdIsRefusedBeforeAllocating) {
+  testing::TempDir dir("bpe_huge_id");
+  const fs::path bad = dir.path() / "huge.tiktoken";
+  std::ofstream(bad) << "AA== 0\nAQ== 333333333\n";
+  try {
+    load_tiktoken(bad);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    const std::string says = "huge.tiktoken:2: token id 333333333 is out of range";
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
 TEST(ByteBpe, ByteToUnicodeTable) {
   EXPECT_EQ(byte_to_unicode(' '), "\xC4\xA0");  // "Ġ", U+0120
   EXPECT_EQ(byte_to_unicode('a'), "a");

@@ -286,10 +286,15 @@ class ByteBpeTokenizer final : public Tokenizer {
   int32_t bos_, eos_, pad_;
 };
 
+// The largest token id a vocabulary file may give. The table is dense (one entry per id up to the
+// largest), so one huge id in a crafted file would allocate gigabytes; the largest published
+// vocabularies hold about 256k tokens, 16 times fewer.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 void set_token(ByteBpeTokenizer::Vocab& v, int64_t id, std::string bytes, bool special,
                const std::string& where) {
-  if (id < 0 || id > std::numeric_limits<int32_t>::max())
-    fail(ErrorKind::kIo, "{}: token id {} is out of range", where, id);
+  if (id < 0 || id > kMaxTokenId)
+    fail(ErrorKind::kIo, "{}: token id {} is out of range [0, {}]", where, id, kMaxTokenId);
   const auto i = static_cast<size_t>(id);
   if (v.tokens.size() <= i) {
     v.tokens.resize(i + 1);
