@@ -16,7 +16,8 @@
 #   tidy    clang-tidy (.clang-tidy) over the 124 .cc files of src/, 2 at a time: 4.5 s of CPU
 #           per file measured (data/shard.cc), so about 5 min on 2 free cores
 #   tsan    clang -O1 build with TSan (build-tsan) of the library, test_infer, test_train and
-#           test_dist; the server, scheduler, async checkpointing and MPI tests: test_dist 15 s
+#           test_dist, 37 min wall here; the server, scheduler and service tests (40) 1 s,
+#           async checkpointing (8) 8 s, the communicators and MPI collectives (6) 15 s
 #   chaos   scripts/chaos.sh 10: 10 SIGKILLs on 1 rank, 10 on 2 ranks               59 s
 set -euo pipefail
 cd "$(dirname "$0")/.."
