@@ -140,17 +140,19 @@ class Pretokenizer {
   // pieces are exactly `text`.
   template <typename F>
   void split(std::string_view text, F&& f) const {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    // Owned here: f may throw (a piece the vocabulary cannot spell), and the match data must not
+    // leak then.
+    const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+        pcre2_match_data_create_from_pattern(code_, nullptr),
+        [](pcre2_match_data* m) { pcre2_match_data_free(m); });
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos < text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), pos, 0, md, nullptr);
+      const int rc = pcre2_match(code_, subject, text.size(), pos, 0, md.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        pcre2_match_data_free(md);
+      if (rc < 0)
         fail(ErrorKind::kRuntime, "pre-tokeniser regex failed with PCRE2 error {} at byte {}", rc, pos);
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
       size_t begin = ov[0], end = ov[1];
       if (begin > pos) f(text.substr(pos, begin - pos));
       if (end == begin) {  // an empty match: step over one byte so the loop advances
@@ -162,7 +164,6 @@ class Pretokenizer {
       pos = end;
     }
     if (pos < text.size()) f(text.substr(pos));
-    pcre2_match_data_free(md);
   }
 
   const std::string& pattern() const { return pattern_; }
