@@ -24,6 +24,9 @@ packages=(
   iproute2 util-linux    # the two-host test: ip netns, veth links, unshare (tests/dist)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader, the openai client)
+  # The hardening jobs (scripts/hardening.sh): clang's sanitizers and libFuzzer, its OpenMP,
+  # clang-tidy and clang-format.
+  clang libclang-rt-14-dev libomp-dev clang-tidy clang-format
 )
 
 missing=()

@@ -3,6 +3,7 @@
 // its message (key named, where it came from, closest key, value and what is allowed).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "config_test_util.h"
@@ -146,6 +147,16 @@ TEST(LoadErrors, UnknownKeyOnTheCommandLine) {
                       {"'emb_dim'", "is derived", "base_emb_dim"});
   expect_config_error([] { load(base_config(), {"dataset_name=x"}); },
                       {"MaxText key that Tessera does not support", "dataset_path"});
+}
+
+// The closest-key hint compares the unknown key with every key: a huge one must not cost its
+// length times every key's length (it took minutes and gigabytes of small allocations).
+TEST(LoadErrors, HugeUnknownKeyIsRefusedAtOnce) {
+  const std::string key(400'000, 'q');
+  const auto start = std::chrono::steady_clock::now();
+  expect_config_error([&] { load(base_config(), {key + "=1"}); },
+                      {"unknown config key 'qqqq", "help-config"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST(LoadErrors, WrongTypeNamesKeyValueAndType) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_bpe.h"
@@ -105,6 +106,45 @@ TEST(ByteBpe, MalformedFilesNameTheLine) {
   }
   EXPECT_THROW(load_tiktoken(dir / "missing.tiktoken"), Error);
   fs::remove_all(dir);
+}
+
+// Fields of the wrong JSON type (found by fuzz/bpe_fuzz.cc) are kIo naming the file, not
+// nlohmann's type_error escaping the loader.
+TEST(ByteBpe, JsonFieldsOfTheWrongTypeAreIoErrors) {
+  testing::TempDir dir("bpe_json_types");
+  const fs::path tokenizer_json = dir.path() / "tokenizer.json";
+  const fs::path vocab_json = dir.path() / "vocab.json", merges = dir.path() / "merges.txt";
+  std::ofstream(merges) << "#version: 0.2\n";
+  for (const char* text : {R"({"model": 3})", R"({"model": {"type": 3}})",
+                           R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": 5})",
+                           R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [7]})"}) {
+    std::ofstream(tokenizer_json) << text;
+    try {
+      load_huggingface_bpe(tokenizer_json);
+      ADD_FAILURE() << "loaded " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(tokenizer_json.string()), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(vocab_json) << R"({"a": "not an id"})";
+  EXPECT_THROW(load_huggingface_bpe(vocab_json, merges), Error);
+}
+
+// The vocabulary table is dense up to the largest id: one huge id (found by fuzz/bpe_fuzz.cc) took
+// gigabytes and minutes before it was refused.
+TEST(ByteBpe, HugeTokenIdIsRefusedBeforeAllocating) {
+  testing::TempDir dir("bpe_huge_id");
+  const fs::path bad = dir.path() / "huge.tiktoken";
+  std::ofstream(bad) << "AA== 0\nAQ== 333333333\n";
+  try {
+    load_tiktoken(bad);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    const std::string says = "huge.tiktoken:2: token id 333333333 is out of range";
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
 }
 
 TEST(ByteBpe, ByteToUnicodeTable) {

@@ -111,5 +111,18 @@ TEST(SentencePiece, BadOptionsAndFiles) {
   EXPECT_THROW(load_tokenizer("sentencepiece", dir.path() / "corpus.txt"), Error);
 }
 
+// A model with an empty piece (fixtures/empty_piece.model, found by fuzz/sentencepiece_fuzz.cc)
+// makes SentencePiece's trie builder throw rather than return a status: still kIo naming the file.
+TEST(SentencePiece, MalformedModelIsAnIoErrorNamingTheFile) {
+  const fs::path model = fs::path(TESSERA_TEST_DATA_DIR) / "fixtures" / "empty_piece.model";
+  try {
+    load_sentencepiece(model);
+    FAIL() << "loaded " << model;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find(model.string()), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::data

@@ -162,6 +162,17 @@ TEST(ServerApi, RefusesDeeplyNestedJsonBeforeParsingIt) {
   EXPECT_EQ(parse_error(ok).status, 0);
 }
 
+// A number beyond double's range is valid JSON syntax that nlohmann refuses with out_of_range, not
+// parse_error: it was a 500 (found by fuzz/openai_fuzz.cc).
+TEST(ServerApi, NumberOutOfRangeIsA400) {
+  for (const char* body : {R"({"model": "m", "prompt": "x", "max_tokens": 1e400})",
+                           R"({"model": "m", "prompt": "x", "temperature": -2e9999})"}) {
+    ApiError e = parse_error(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerApi, ErrorAndResponseShapes) {
   json e = json::parse(error_body(400, "bad", "temperature"));
   EXPECT_EQ(e, json::parse(R"({"error": {"message": "bad", "type": "invalid_request_error",

@@ -110,12 +110,21 @@ class ServerE2e : public ::testing::Test {
                      "max_prefill_predict_length=" + std::to_string(kPromptLimit), "num_threads=1"});
     if (server_.pid <= 0) return 0;
     text.clear();
-    std::smatch m;
+    // The port is copied out of the line inside the callback: a match refers into the line, which
+    // read_until frees after the call.
+    std::string port;
     const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
     const bool up = read_until(
-        server_.out, [&](const std::string& l) { return std::regex_search(l, m, listening); }, text);
+        server_.out,
+        [&](const std::string& l) {
+          std::smatch m;
+          if (!std::regex_search(l, m, listening)) return false;
+          port = m[1];
+          return true;
+        },
+        text);
     EXPECT_TRUE(up) << text;
-    return up ? std::stoi(m[1]) : 0;
+    return up ? std::stoi(port) : 0;
   }
 
   std::string base() const { return (fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string(); }

@@ -390,6 +390,10 @@ std::string closest_word(std::string_view word, const std::vector<std::string_vi
   std::string_view best;
   size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
   for (std::string_view c : candidates) {
+    // The distance is at least the difference in length: a candidate that cannot beat the best is
+    // skipped, which also keeps a huge unknown word from costing size x candidate length per key.
+    const size_t length_gap = word.size() > c.size() ? word.size() - c.size() : c.size() - word.size();
+    if (length_gap >= best_d) continue;
     size_t d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;
   }

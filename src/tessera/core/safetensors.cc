@@ -38,7 +38,9 @@ bool st_dtype(const std::string& s, DType* out) {
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+// A function-try-block: a header entry of the wrong JSON type (a shape of strings, offsets missing)
+// throws from nlohmann, which becomes kIo naming the file.
+SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
   int fd = open_regular_file(path, "safetensors file");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
@@ -56,6 +58,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     map_ = nullptr;
     fail(ErrorKind::kIo, "{}: cannot map: {}", path, std::strerror(errno));
   }
+  // The destructor does not run when the constructor throws: the mapping is released here then.
+  struct Unmap {
+    void*& map;
+    size_t size;
+    bool armed = true;
+    ~Unmap() {
+      if (armed && map) munmap(map, size), map = nullptr;
+    }
+  } unmap{map_, size_};
   const auto* bytes = static_cast<const uint8_t*>(map_);
   uint64_t n = 0;
   std::memcpy(&n, bytes, 8);
@@ -74,6 +85,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::vector<Span> spans;  // every tensor's bytes, to refuse two that share some
   for (auto& [name, e] : header.items()) {
     if (name == "__metadata__") {
+      if (!e.is_object()) fail(ErrorKind::kIo, "{}: __metadata__ is {}; expected an object", path, e.dump());
       for (auto& [k, v] : e.items())
         if (v.is_string()) metadata_[k] = v.get<std::string>();
       continue;
@@ -82,9 +94,23 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (!e.contains("dtype") || !e["dtype"].is_string() || !st_dtype(e["dtype"].get<std::string>(), &dt))
       fail(ErrorKind::kIo, "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64)",
            path, name);
-    Shape shape = Shape::of_rank(static_cast<int>(e.at("shape").size()));
-    for (size_t i = 0; i < e.at("shape").size(); ++i) shape[static_cast<int>(i)] = e["shape"][i].get<int64_t>();
+    if (!e.at("shape").is_array() || e["shape"].size() > static_cast<size_t>(kMaxDims))
+      fail(ErrorKind::kIo, "{}: tensor '{}' has shape {}; expected a list of at most {} sizes", path, name,
+           e["shape"].dump(), kMaxDims);
+    Shape shape = Shape::of_rank(static_cast<int>(e["shape"].size()));
+    int64_t elements = 1, bytes_needed = 0;  // checked: a product that wraps would pass the size check below
+    for (size_t i = 0; i < e["shape"].size(); ++i) {
+      // Only JSON integers: nlohmann converts a float by a cast, undefined for 1e300.
+      const int64_t dim = e["shape"][i].is_number_integer() ? e["shape"][i].get<int64_t>() : -1;
+      if (dim < 0 || __builtin_mul_overflow(elements, dim, &elements) ||
+          __builtin_mul_overflow(elements, static_cast<int64_t>(dtype_size(dt)), &bytes_needed))
+        fail(ErrorKind::kIo, "{}: tensor '{}' has shape {}, which is negative or too large", path, name,
+             e["shape"].dump());
+      shape[static_cast<int>(i)] = dim;
+    }
     auto off = e.at("data_offsets");
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail(ErrorKind::kIo, "{}: tensor '{}' has data_offsets {}; expected [begin, end]", path, name, off.dump());
     uint64_t b = off.at(0).get<uint64_t>(), en = off.at(1).get<uint64_t>();
     uint64_t want = static_cast<uint64_t>(shape.numel()) * dtype_size(dt);
     if (b > en || en > data_size)
@@ -105,6 +131,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
            "{}: tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap; each tensor needs bytes of its own",
            path, spans[i - 1].name, data_begin + spans[i - 1].begin, data_begin + spans[i - 1].end, spans[i].name,
            data_begin + spans[i].begin, data_begin + spans[i].end);
+  unmap.armed = false;  // opened: the destructor unmaps from now on
+} catch (const nlohmann::json::exception& e) {
+  fail(ErrorKind::kIo, "{}: malformed safetensors header: {}", path, e.what());
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -140,17 +140,19 @@ class Pretokenizer {
   // pieces are exactly `text`.
   template <typename F>
   void split(std::string_view text, F&& f) const {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    // Owned here: f may throw (a piece the vocabulary cannot spell), and the match data must not
+    // leak then.
+    const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+        pcre2_match_data_create_from_pattern(code_, nullptr),
+        [](pcre2_match_data* m) { pcre2_match_data_free(m); });
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos < text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), pos, 0, md, nullptr);
+      const int rc = pcre2_match(code_, subject, text.size(), pos, 0, md.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        pcre2_match_data_free(md);
+      if (rc < 0)
         fail(ErrorKind::kRuntime, "pre-tokeniser regex failed with PCRE2 error {} at byte {}", rc, pos);
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
       size_t begin = ov[0], end = ov[1];
       if (begin > pos) f(text.substr(pos, begin - pos));
       if (end == begin) {  // an empty match: step over one byte so the loop advances
@@ -162,7 +164,6 @@ class Pretokenizer {
       pos = end;
     }
     if (pos < text.size()) f(text.substr(pos));
-    pcre2_match_data_free(md);
   }
 
   const std::string& pattern() const { return pattern_; }
@@ -286,10 +287,15 @@ class ByteBpeTokenizer final : public Tokenizer {
   int32_t bos_, eos_, pad_;
 };
 
+// The largest token id a vocabulary file may give. The table is dense (one entry per id up to the
+// largest), so one huge id in a crafted file would allocate gigabytes; the largest published
+// vocabularies hold about 256k tokens, 16 times fewer.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 void set_token(ByteBpeTokenizer::Vocab& v, int64_t id, std::string bytes, bool special,
                const std::string& where) {
-  if (id < 0 || id > std::numeric_limits<int32_t>::max())
-    fail(ErrorKind::kIo, "{}: token id {} is out of range", where, id);
+  if (id < 0 || id > kMaxTokenId)
+    fail(ErrorKind::kIo, "{}: token id {} is out of range [0, {}]", where, id, kMaxTokenId);
   const auto i = static_cast<size_t>(id);
   if (v.tokens.size() <= i) {
     v.tokens.resize(i + 1);
@@ -513,6 +519,19 @@ std::string pretokenizer_pattern(const json& pre, const std::string& where) {
        type);
 }
 
+std::unique_ptr<Tokenizer> load_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt);
+
+// Runs a loader of Hugging Face JSON files: a field of the wrong JSON type (a number where an
+// object or a string belongs) throws from nlohmann, and becomes kIo naming the file.
+template <typename Load>
+std::unique_ptr<Tokenizer> with_json_errors_as_io(const fs::path& path, Load load) {
+  try {
+    return load();
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kIo, "{}: malformed tokenizer file: {}", path.string(), e.what());
+  }
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {
   const std::string where = path.string();
   const json j = read_json(path);
@@ -554,6 +573,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& vocab_json, const fs::path& merges_txt) {
+  return with_json_errors_as_io(vocab_json, [&] { return load_vocab_and_merges(vocab_json, merges_txt); });
+}
+
+namespace {
+
+std::unique_ptr<Tokenizer> load_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt) {
   ByteBpeTokenizer::Vocab v;
   add_vocab(v, read_json(vocab_json), {}, vocab_json.string());
   // Tokens spelt like control tokens are special: never produced from text, decoded verbatim.
@@ -571,10 +596,14 @@ std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& vocab_json, cons
                                             std::move(v), std::string(kGpt2Pattern), false, bos, eos, pad);
 }
 
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    if (fs::is_regular_file(path / "tokenizer.json", ec)) return load_tokenizer_json(path / "tokenizer.json");
+    if (fs::is_regular_file(path / "tokenizer.json", ec))
+      return with_json_errors_as_io(path / "tokenizer.json",
+                                    [&] { return load_tokenizer_json(path / "tokenizer.json"); });
     if (fs::is_regular_file(path / "vocab.json", ec) && fs::is_regular_file(path / "merges.txt", ec))
       return load_huggingface_bpe(path / "vocab.json", path / "merges.txt");
     fail(ErrorKind::kIo, "the folder '{}' holds neither tokenizer.json nor vocab.json + merges.txt",
@@ -582,7 +611,7 @@ std::unique_ptr<Tokenizer> load_huggingface_bpe(const fs::path& path) {
   }
   if (!fs::is_regular_file(path, ec)) fail(ErrorKind::kIo, "no tokenizer at '{}'", path.string());
   if (path.filename() == "vocab.json") return load_huggingface_bpe(path, path.parent_path() / "merges.txt");
-  return load_tokenizer_json(path);
+  return with_json_errors_as_io(path, [&] { return load_tokenizer_json(path); });
 }
 
 }  // namespace tessera::data

@@ -107,7 +107,14 @@ class LineIterator final : public sentencepiece::SentenceIterator {
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& model_path) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto st = sp->Load(model_path.string());
+  sentencepiece::util::Status st;
+  try {
+    st = sp->Load(model_path.string());
+  } catch (const std::exception& e) {
+    // Most malformed models come back as a status, but some reach the library's trie builder,
+    // which throws instead (an empty piece: "failed to insert key: zero-length key").
+    fail(ErrorKind::kIo, "cannot load the SentencePiece model '{}': {}", model_path.string(), e.what());
+  }
   if (!st.ok())
     fail(ErrorKind::kIo, "cannot load the SentencePiece model '{}': {}", model_path.string(), st.ToString());
   return std::make_unique<SentencePieceTokenizer>(std::move(sp));
