@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/dtype.h"
-#include "tessera/core/file.h"
-#include "tessera/core/safetensors.h"
 #include "tessera/convert/hf_config.h"
 #include "tessera/convert/hf_convert.h"
 #include "tessera/convert/hf_llama.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/file.h"
+#include "tessera/core/safetensors.h"
 
 namespace {
 

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
@@ -51,7 +52,6 @@
 #include "tessera/ops/attention.h"
 #include "tessera/ops/gemv.h"
 #include "tessera/ops/matmul.h"
-#include "tessera/backends/cpu/peak.h"
 
 namespace tessera {
 namespace {

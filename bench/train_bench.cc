@@ -39,17 +39,23 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-    else if (a == "--profile") profile = true;
-    else if (a.find('=') == std::string::npos) config = a;
-    else overrides.push_back(a);
+    if (a == "--warmup" && i + 1 < argc)
+      warmup = std::stoi(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::stoi(argv[++i]);
+    else if (a == "--profile")
+      profile = true;
+    else if (a.find('=') == std::string::npos)
+      config = a;
+    else
+      overrides.push_back(a);
   }
   // The benchmark's shape unless the command line says otherwise.
   for (std::string d : {"model_name=llama-125m", "per_device_batch_size=8", "max_target_length=1024",
                         "run_name=train_bench", "enable_checkpointing=false", "enable_tensorboard=false"}) {
     std::string key = d.substr(0, d.find('=') + 1);
-    if (std::none_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.starts_with(key); }))
+    if (std::none_of(overrides.begin(), overrides.end(),
+                     [&](const std::string& o) { return o.starts_with(key); }))
       overrides.push_back(d);
   }
   overrides.push_back(fmt::format("steps={}", warmup + steps));
@@ -63,17 +69,19 @@ int main(int argc, char** argv) {
       if (m.step >= warmup) measured.push_back(m);
     });
     if (profile) std::cerr << trainer.executor().profile_report();
-    if (measured.empty()) throw tessera::Error(tessera::ErrorKind::kConfig, "no step was measured (steps <= warmup?)");
+    if (measured.empty())
+      throw tessera::Error(tessera::ErrorKind::kConfig, "no step was measured (steps <= warmup?)");
     std::sort(measured.begin(), measured.end(), [](auto& a, auto& b) { return a.seconds < b.seconds; });
     const auto& med = measured[measured.size() / 2];
     const auto& mem = trainer.plan().memory();
     std::cout << fmt::format(
-                     "{{\"impl\": \"tessera\", \"dtype\": \"{}\", \"remat_policy\": \"{}\", \"step_seconds\": {:.4f}, "
+                     "{{\"impl\": \"tessera\", \"dtype\": \"{}\", \"remat_policy\": \"{}\", "
+                     "\"step_seconds\": {:.4f}, "
                      "\"tflops_per_device\": {:.4f}, \"tokens_per_second\": {:.1f}, \"mfu\": {:.4f}, "
                      "\"peak_gflops\": {:.1f}, \"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
                      "\"peak_rss_bytes\": {}, \"loss\": {:.4f}}}",
-                     cfg.dtype, cfg.remat_policy, med.seconds, med.tflops_per_device, med.tokens_per_device, med.mfu,
-                     med.tflops_per_device * 1e3 / med.mfu, trainer.startup_seconds(), mem.total(),
+                     cfg.dtype, cfg.remat_policy, med.seconds, med.tflops_per_device, med.tokens_per_device,
+                     med.mfu, med.tflops_per_device * 1e3 / med.mfu, trainer.startup_seconds(), mem.total(),
                      peak_rss_kib() * 1024, measured.back().loss)
               << std::endl;
   } catch (const tessera::Error& e) {

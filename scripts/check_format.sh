@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 pending=scripts/format_pending.txt
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.inc')
 unformatted=$(clang-format --dry-run "${files[@]}" 2>&1 | grep -oE '^[^:]+:[0-9]+:[0-9]+: (warning|error):' |
-  cut -d: -f1 | sort -u)
+  cut -d: -f1 | sort -u || true)
 bad=$(comm -23 <(echo "$unformatted" | sed '/^$/d') <(sort -u "$pending"))
 cleared=$(comm -13 <(echo "$unformatted" | sed '/^$/d') <(sort -u "$pending"))
 for f in $bad; do echo "format: $f is not clang-formatted (clang-format -i $f)"; done
 for f in $cleared; do echo "format: $f is formatted now (or gone): remove it from $pending"; done
 [ -z "$bad$cleared" ] || exit 1
-echo "format: ${#files[@]} files checked, $(grep -c . "$pending") pending"
+echo "format: ${#files[@]} files checked, $(grep -c . "$pending" || true) pending"

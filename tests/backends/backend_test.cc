@@ -86,12 +86,13 @@ TEST(Backend, CpuKernelTablesAreCompleteOnEveryIsa) {
     if (!isa_supported(isa)) continue;
     set_active_isa(isa);
     const backends::KernelTables& k = backends::kernels_for(Device::cpu());
-    for (const void* t : {static_cast<const void*>(k.activation), static_cast<const void*>(k.attention),
-                          static_cast<const void*>(k.cross_entropy), static_cast<const void*>(k.decode_attention),
-                          static_cast<const void*>(k.embedding), static_cast<const void*>(k.gemm),
-                          static_cast<const void*>(k.gemv), static_cast<const void*>(k.norm),
-                          static_cast<const void*>(k.optimizer), static_cast<const void*>(k.rope),
-                          static_cast<const void*>(k.vector), static_cast<const void*>(k.vocab_parallel)})
+    for (const void* t :
+         {static_cast<const void*>(k.activation), static_cast<const void*>(k.attention),
+          static_cast<const void*>(k.cross_entropy), static_cast<const void*>(k.decode_attention),
+          static_cast<const void*>(k.embedding), static_cast<const void*>(k.gemm),
+          static_cast<const void*>(k.gemv), static_cast<const void*>(k.norm),
+          static_cast<const void*>(k.optimizer), static_cast<const void*>(k.rope),
+          static_cast<const void*>(k.vector), static_cast<const void*>(k.vocab_parallel)})
       EXPECT_NE(t, nullptr) << isa_name(isa);
   }
   set_active_isa(before);
@@ -102,8 +103,9 @@ TEST(Backend, AnOpOnADeviceWithoutABackendIsAClearError) {
   std::vector<float> x(8, 1.0f), gamma(4, 1.0f), y(8), rstd(2);
   const Device gpu = Device::cuda(0);
   try {
-    ops::rmsnorm_fwd(Tensor(x.data(), {2, 4}, DType::kF32, gpu), Tensor(gamma.data(), {4}, DType::kF32, gpu), 1e-6f,
-                     Tensor(y.data(), {2, 4}, DType::kF32, gpu), Tensor(rstd.data(), {2}, DType::kF32, gpu));
+    ops::rmsnorm_fwd(Tensor(x.data(), {2, 4}, DType::kF32, gpu), Tensor(gamma.data(), {4}, DType::kF32, gpu),
+                     1e-6f, Tensor(y.data(), {2, 4}, DType::kF32, gpu),
+                     Tensor(rstd.data(), {2}, DType::kF32, gpu));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kRuntime);

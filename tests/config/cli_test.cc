@@ -9,16 +9,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "testing/process_util.h"
 #include "config_test_util.h"
+#include "testing/process_util.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
 
-using testing::tessera_binary;
 using testing::shell_quote;
+using testing::tessera_binary;
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p);
@@ -159,7 +159,10 @@ TEST_F(Cli, TrainRunsAndLogsEachStep) {
 TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
   for (std::vector<std::string> opts : std::vector<std::vector<std::string>>{
            {"eval_interval=5", "eval_steps=2", "per_device_batch_size=2", "eval_per_device_batch_size=3"},
-           {"scan_layers=true"}, {"adam_eps_root=1e-8"}, {"rope_type=yarn"}, {"attention_type=chunk"}}) {
+           {"scan_layers=true"},
+           {"adam_eps_root=1e-8"},
+           {"rope_type=yarn"},
+           {"attention_type=chunk"}}) {
     SCOPED_TRACE(opts[0]);
     std::vector<std::string> argv = {"train", base(), "run_name=refuse", outputs(), "model_name=llama-test"};
     argv.insert(argv.end(), opts.begin(), opts.end());
@@ -176,8 +179,14 @@ TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
 TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
   std::ofstream(dir_ / "not_a_plan.json") << "{\"hello\": 1}\n";
   ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
-  const std::vector<std::string> common = {"train", base(), "run_name=hostile", outputs(), "model_name=llama-test",
-                                           "steps=1", "per_device_batch_size=1", "max_target_length=16",
+  const std::vector<std::string> common = {"train",
+                                           base(),
+                                           "run_name=hostile",
+                                           outputs(),
+                                           "model_name=llama-test",
+                                           "steps=1",
+                                           "per_device_batch_size=1",
+                                           "max_target_length=16",
                                            "override_model_config=true"};
   struct Case {
     std::vector<std::string> args;
@@ -189,7 +198,8 @@ TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
            {{"compiled_trainstep_file=" + (dir_ / "fifo").string()}, {"is a FIFO"}},
            {{"compiled_trainstep_file=" + dir_.string()}, {"is a folder"}},
            {{"vocab_size=1099511627776"}, {"the plan needs", "vocab_size", "of memory"}},
-           {{"base_emb_dim=4611686018427387904"}, {"more elements than fit in 64 bits", "come from base_emb_dim"}},
+           {{"base_emb_dim=4611686018427387904"},
+            {"more elements than fit in 64 bits", "come from base_emb_dim"}},
            {{"num_threads=65536"}, {"num_threads=65536 is more than"}},
        }) {
     std::vector<std::string> argv = common;

@@ -36,7 +36,8 @@ TEST(HostileYaml, AnUnterminatedQuoteIsRefusedWhereItOpens) {
   for (const char* text : {"run_name: \"abc\nsteps: 3\n", "steps: 3\nrun_name: 'abc\n", "run_name: \"abc"}) {
     const fs::path p = write_config(dir, text);
     const std::string msg = expect_config_error([&] { load(p); }, {p.string() + ":"});
-    EXPECT_TRUE(msg.find("never closed") != std::string::npos || msg.find("malformed YAML") != std::string::npos)
+    EXPECT_TRUE(msg.find("never closed") != std::string::npos ||
+                msg.find("malformed YAML") != std::string::npos)
         << msg;
   }
   // Closed quotes, escapes and a doubled single quote still load.
@@ -60,7 +61,8 @@ TEST(HostileYaml, AConfigPathThatIsNotARegularFileIsAClearError) {
   const fs::path dir = testing::make_temp_dir();
   const fs::path fifo = dir / "fifo.yml";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-  expect_config_error([&] { load(fifo); }, {fifo.string(), "is a FIFO (named pipe); expected a regular file"});
+  expect_config_error([&] { load(fifo); },
+                      {fifo.string(), "is a FIFO (named pipe); expected a regular file"});
   expect_config_error([&] { load("/dev/zero"); }, {"'/dev/zero' is a character device"});
   expect_config_error([&] { load(dir); }, {"is a folder"});
   // Far past any config's size: refused before it is read.

@@ -221,7 +221,8 @@ TEST(LoadErrors, MalformedYamlNamesFileAndLine) {
 TEST(LoadErrors, UnreadableFileNamesPathAndReason) {
   expect_config_error([] { load(fixture("no_such_file.yml")); },
                       {"cannot open config file", "no_such_file.yml", "No such file or directory"});
-  expect_config_error([] { load(fixture("models")); }, {"config file", "is a folder; expected a regular file"});
+  expect_config_error([] { load(fixture("models")); },
+                      {"config file", "is a folder; expected a regular file"});
 }
 
 TEST(LoadErrors, MissingPresetListsAvailableModels) {

@@ -1,5 +1,7 @@
 // bf16 conversion: round to nearest even on exact ties, NaN, infinities, signed zero, overflow,
 // subnormals; and the vectorised conversion kernels agree with the scalar one bit for bit.
+#include "tessera/core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -7,15 +9,16 @@
 #include <limits>
 #include <random>
 
-#include "testing/op_test_util.h"
-#include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/convert.h"
+#include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-uint16_t bits_of(uint32_t f32_bits) { return f32_to_bf16(std::bit_cast<float>(f32_bits)); }
+uint16_t bits_of(uint32_t f32_bits) {
+  return f32_to_bf16(std::bit_cast<float>(f32_bits));
+}
 
 TEST(Bf16, ExactValuesRoundTrip) {
   for (float v : {0.0f, 1.0f, -2.0f, 0.5f, 3.0f, 1024.0f, -0.15625f}) EXPECT_EQ(round_to_bf16(v), v);

@@ -92,7 +92,8 @@ TEST(HostileInput, SafetensorsRefusesTensorsWhoseBytesOverlap) {
   const std::string overlap = write({{"a", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 12}}}},
                                      {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}}},
                                     16);
-  expect_error([&] { SafetensorsFile f(overlap); }, ErrorKind::kIo, "overlap; each tensor needs bytes of its own");
+  expect_error([&] { SafetensorsFile f(overlap); }, ErrorKind::kIo,
+               "overlap; each tensor needs bytes of its own");
   fs::remove_all(dir);
 }
 
@@ -101,8 +102,11 @@ TEST(HostileInput, SafetensorsRefusesTensorsWhoseBytesOverlap) {
 TEST(HostileInput, SizesThatOverflowAreRefusedNotWrapped) {
   const int64_t big = int64_t{1} << 40;
   expect_error([&] { Shape{big, big}.numel(); }, ErrorKind::kShape, "more elements than fit in 64 bits");
-  expect_error([&] { aligned_bytes(Shape{int64_t{1} << 62, 4}, DType::kF32); }, ErrorKind::kShape,
-               "more elements than fit in 64 bits");
+  expect_error(
+      [&] {
+        aligned_bytes(Shape{int64_t{1} << 62, 4}, DType::kF32);
+      },
+      ErrorKind::kShape, "more elements than fit in 64 bits");
   expect_error([&] { aligned_bytes(Shape{(int64_t{1} << 62) + 1}, DType::kF32); }, ErrorKind::kShape,
                "overflows 64 bits");
   expect_error([&] { Arena a(~size_t{0} - 8, "huge"); }, ErrorKind::kShape, "arena size");
@@ -112,7 +116,8 @@ TEST(HostileInput, SizesThatOverflowAreRefusedNotWrapped) {
 // num_threads near its documented maximum (65536) made libgomp abort the process.
 TEST(HostileInput, NumThreadsFarPastTheCoresIsAConfigError) {
   const int before = num_threads();
-  expect_error([] { set_num_threads(65536); }, ErrorKind::kConfig, "num_threads=65536 is more than 8 threads per core");
+  expect_error([] { set_num_threads(65536); }, ErrorKind::kConfig,
+               "num_threads=65536 is more than 8 threads per core");
   expect_error([] { set_num_threads(65535); }, ErrorKind::kConfig, "use at most");
   EXPECT_EQ(num_threads(), before);
   set_num_threads(2);

@@ -1,8 +1,9 @@
+#include "tessera/core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
-#include "tessera/core/tensor.h"
 
 namespace tessera {
 namespace {

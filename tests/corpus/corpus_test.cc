@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/data_test_util.h"
-#include "tessera/core/error.h"
-#include "tessera/core/file.h"
 #include "corpus/corpus_pd_en.h"
 #include "corpus/corpus_rdata.h"
 #include "corpus/corpus_sword.h"
+#include "data/data_test_util.h"
+#include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 namespace tessera::corpus {
 namespace {
@@ -278,7 +278,8 @@ void write_mini_tree(const fs::path& root) {
       << "00databasedictfmt1130\tA\tb\n00databaseurl\tb\ta\n"
       << "00databaseinfo\t1\tI\nability\t9\tZ\n00databasealphabet\tBW\tK\n";
   fs::create_directories(root / "usr/share/doc/jargon-text");
-  write_file_atomically(root / "usr/share/doc/jargon-text/jargon.txt.gz", gzip("The Jargon File\n\nhacker: n.\n"));
+  write_file_atomically(root / "usr/share/doc/jargon-text/jargon.txt.gz",
+                        gzip("The Jargon File\n\nhacker: n.\n"));
   std::ofstream(root / "PACKAGES") << "bible-kjv-text 4.38\nr-cran-janeaustenr 1.0.0-1\n";
 }
 

@@ -1,7 +1,6 @@
 // prepare-data and the documents it reads: .txt and .jsonl documents to shards and back (decoding
 // every document), shard rollover at document boundaries, the manifest, stale shards of an earlier
 // run, progress reports, and malformed JSONL named by file and line.
-#include "tessera/core/file.h"
 #include "tessera/data/prepare.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 
 #include "data_test_util.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/data/documents.h"
 #include "tessera/data/files.h"
 #include "tessera/data/shard.h"

@@ -10,8 +10,8 @@
 #include <random>
 
 #include "data_test_util.h"
-#include "tessera/core/error.h"
 #include "tessera/core/crc32c.h"
+#include "tessera/core/error.h"
 
 namespace tessera::data {
 namespace {

@@ -19,9 +19,9 @@
 #include <sstream>
 
 #include "dist_test_util.h"
+#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/graph/plan.h"
 #include "tessera/models/decoder.h"
-#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera {

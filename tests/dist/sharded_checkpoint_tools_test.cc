@@ -11,8 +11,8 @@
 #include <cmath>
 
 #include "dist_test_util.h"
-#include "tessera/core/safetensors.h"
 #include "tessera/checkpoint/checkpoint.h"
+#include "tessera/core/safetensors.h"
 
 namespace tessera {
 namespace {
@@ -20,14 +20,17 @@ namespace {
 namespace fs = std::filesystem;
 using testing::CommandResult;
 
-std::string q(const std::string& s) { return testing::shell_quote(s); }
+std::string q(const std::string& s) {
+  return testing::shell_quote(s);
+}
 
 CommandResult train(int np, const fs::path& out, const std::string& run) {
-  const std::string args = " model_name=llama-test dtype=float32 max_target_length=16 steps=2 "
-                           "learning_rate=1e-3 warmup_steps_fraction=0 num_threads=1 device_peak_tflops=1 "
-                           "enable_tensorboard=false async_checkpointing=false checkpoint_period=100 "
-                           "per_device_batch_size=" +
-                           std::to_string(4 / np) + " run_name=" + run + " base_output_directory=" + q(out.string());
+  const std::string args =
+      " model_name=llama-test dtype=float32 max_target_length=16 steps=2 "
+      "learning_rate=1e-3 warmup_steps_fraction=0 num_threads=1 device_peak_tflops=1 "
+      "enable_tensorboard=false async_checkpointing=false checkpoint_period=100 "
+      "per_device_batch_size=" +
+      std::to_string(4 / np) + " run_name=" + run + " base_output_directory=" + q(out.string());
   const std::string launch = np == 1 ? "" : testing::mpirun(np) + " ";
   return testing::run_command(launch + q(testing::tessera_binary().string()) + " train " +
                                   q(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml") + args,
@@ -37,7 +40,8 @@ CommandResult train(int np, const fs::path& out, const std::string& run) {
 std::string decode_text(const fs::path& ckpt) {
   const std::string tok = std::string(TESSERA_SOURCE_DIR) + "/tests/data/fixtures/tiny_bpe/tiny.tiktoken";
   CommandResult r = testing::run_command(
-      q(testing::tessera_binary().string()) + " decode " + q(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml") +
+      q(testing::tessera_binary().string()) + " decode " +
+          q(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml") +
           " model_name=llama-test dtype=float32 max_target_length=16 max_prefill_predict_length=8 "
           "per_device_batch_size=1 num_threads=1 tokenizer_type=tiktoken tokenizer_path=" +
           q(tok) + " prompt=hello load_parameters_path=" + q(ckpt.string()) + " 2>/dev/null",
@@ -72,9 +76,10 @@ TEST(ShardedCheckpointTools, DecodeAndConvertReadTheRanksPieces) {
   EXPECT_NE(text.find("Input `hello`"), std::string::npos) << text;
   EXPECT_EQ(text, decode_text(one_ckpt));
 
-  CommandResult conv = testing::run_command(q(testing::tessera_binary().string()) + " convert --from tessera --to hf " +
-                                                q(fsdp_ckpt.string()) + " " + q((dir.path / "hf").string()),
-                                            60);
+  CommandResult conv =
+      testing::run_command(q(testing::tessera_binary().string()) + " convert --from tessera --to hf " +
+                               q(fsdp_ckpt.string()) + " " + q((dir.path / "hf").string()),
+                           60);
   ASSERT_EQ(conv.exit_code, 0) << conv.output;
   SafetensorsFile hf((dir.path / "hf" / "model.safetensors").string());
   EXPECT_TRUE(hf.contains("model.embed_tokens.weight"));

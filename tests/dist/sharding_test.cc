@@ -13,8 +13,8 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/plan.h"
-#include "tessera/models/init.h"
 #include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
 
 namespace tessera {
 namespace {

@@ -85,9 +85,9 @@ TEST(ShardingPass, RewritesTheMlpAndVocabularyIntoMegatronsLayout) {
   Mlp m(2, 1);
   graph::shard_tensor_parallel(m.g);
   EXPECT_TRUE(m.g.sharded());
-  EXPECT_EQ(m.ops(), (std::vector<std::string>{"vocab_embedding", "tp_all_reduce", "rms_norm", "tp_copy", "matmul",
-                                               "matmul", "glu", "matmul", "tp_all_reduce", "add", "tp_copy",
-                                               "matmul", "vocab_cross_entropy"}));
+  EXPECT_EQ(m.ops(), (std::vector<std::string>{"vocab_embedding", "tp_all_reduce", "rms_norm", "tp_copy",
+                                               "matmul", "matmul", "glu", "matmul", "tp_all_reduce", "add",
+                                               "tp_copy", "matmul", "vocab_cross_entropy"}));
   // Parameters: this rank's half along the split axis, gradients alike; the norm stays whole.
   EXPECT_EQ(m.g.value(m.wi0).shape, (Shape{Mlp::E, Mlp::F / 2}));
   EXPECT_EQ(m.g.value(m.g.value(m.wi0).grad).shape, (Shape{Mlp::E, Mlp::F / 2}));
@@ -128,7 +128,8 @@ TEST(ShardingPass, RefusesANormOfASplitActivation) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("bad_norm: rms_norm needs its whole input"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad_norm: rms_norm needs its whole input"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -141,9 +142,10 @@ TEST(ShardingPass, RefusesAParameterThatDoesNotDivide) {
     graph::shard_tensor_parallel(g);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parameter w [8, 6]: its mlp dimension (6) is not divisible by the tensor "
-                                         "parallelism 4"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("parameter w [8, 6]: its mlp dimension (6) is not divisible by the tensor "
+                                   "parallelism 4"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -30,8 +30,8 @@
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
 #include "tessera/infer/llama_engine.h"
-#include "tessera/models/init.h"
 #include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
 

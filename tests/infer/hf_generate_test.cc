@@ -14,10 +14,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tessera/convert/hf_llama.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/infer/generate.h"
 #include "tessera/infer/llama_engine.h"
-#include "tessera/convert/hf_llama.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {

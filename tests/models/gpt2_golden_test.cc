@@ -63,7 +63,8 @@ std::vector<Name> gpt2_names(int64_t layers) {
                          {"decoder.decoder_norm.scale", "transformer.ln_f.weight"},
                          {"decoder.decoder_norm.bias", "transformer.ln_f.bias"}};
   for (int64_t l = 0; l < layers; ++l) {
-    const std::string t = "decoder.layers_" + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+    const std::string t = "decoder.layers_" + std::to_string(l) + ".",
+                      h = "transformer.h." + std::to_string(l) + ".";
     for (const char* part : {"scale", "bias"}) {
       const std::string hf_part = std::string(part) == "scale" ? "weight" : "bias";
       n.push_back({t + "pre_self_attention_norm." + part, h + "ln_1." + hf_part});
@@ -72,7 +73,8 @@ std::vector<Name> gpt2_names(int64_t layers) {
     for (const char* kind : {"kernel", "bias"}) {
       const std::string hf_kind = std::string(kind) == "kernel" ? "weight" : "bias";
       const char* qkv[] = {"query", "key", "value"};
-      for (int b = 0; b < 3; ++b) n.push_back({t + "self_attention." + qkv[b] + "." + kind, h + "attn.c_attn." + hf_kind, b});
+      for (int b = 0; b < 3; ++b)
+        n.push_back({t + "self_attention." + qkv[b] + "." + kind, h + "attn.c_attn." + hf_kind, b});
       n.push_back({t + "self_attention.out." + kind, h + "attn.c_proj." + hf_kind});
       n.push_back({t + "mlp.wi." + kind, h + "mlp.c_fc." + hf_kind});
       n.push_back({t + "mlp.wo." + kind, h + "mlp.c_proj." + hf_kind});
@@ -86,7 +88,8 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   const Tensor t = f.get(prefix + n.hf);
   std::vector<double> v = testing::to_vector(t);
   if (n.block < 0) return v;
-  const int64_t rows = t.shape().rank() == 2 ? t.dim(0) : 1, cols = t.shape().rank() == 2 ? t.dim(1) : t.dim(0);
+  const int64_t rows = t.shape().rank() == 2 ? t.dim(0) : 1,
+                cols = t.shape().rank() == 2 ? t.dim(1) : t.dim(0);
   const int64_t w = cols / 3;
   std::vector<double> out;
   for (int64_t r = 0; r < rows; ++r)
@@ -125,7 +128,8 @@ struct Model {
         seg[b * spec.seq + t] = 1;
       }
     const Tensor& dloss = plan->view(plan->dloss());
-    for (int64_t i = 0; i < dloss.numel(); ++i) dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+    for (int64_t i = 0; i < dloss.numel(); ++i)
+      dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
   }
 
   graph::ValueId find(const std::string& name) const {

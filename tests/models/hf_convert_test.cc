@@ -17,7 +17,6 @@
 // magnitude ~1 (goldens) and 1.7e-5 on ~7 (trained models), i.e. <= 6e-6 relative. The bound is
 // 1e-5 relative plus 1e-5 absolute (for logits near 0). Dropping Llama 3.1 scaling or the sliding
 // window moves logits by 1e-2 or more, far outside it.
-#include "tessera/core/file.h"
 #include "tessera/convert/hf_convert.h"
 
 #include <gtest/gtest.h>
@@ -28,15 +27,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/config/config.h"
+#include "tessera/convert/hf_config.h"
+#include "tessera/convert/hf_llama.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/graph/executor.h"
-#include "tessera/convert/hf_config.h"
-#include "tessera/convert/hf_llama.h"
 #include "tessera/models/decoder.h"
-#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/train/trainer.h"
 #include "testing/op_test_util.h"
 #include "testing/process_util.h"
@@ -71,7 +71,7 @@ convert::ConvertReport to_tessera(const fs::path& hf, const fs::path& out, const
 
 // Tessera checkpoint -> Hugging Face folder, with `edit` setting further options.
 convert::ConvertReport to_hf(const fs::path& checkpoint, const fs::path& out,
-                            const std::function<void(convert::TesseraToHfOptions&)>& edit = {}) {
+                             const std::function<void(convert::TesseraToHfOptions&)>& edit = {}) {
   convert::TesseraToHfOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out;
@@ -270,8 +270,7 @@ TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
   expect_same_tensors(kGolden / "llama_gqa", tmp / "h");
   // And the sharded folder imports to the same Tessera parameters.
   to_tessera(tmp / "h", tmp / "t2");
-  EXPECT_EQ(read_file(tmp / "t" / "params.safetensors"),
-            read_file(tmp / "t2" / "params.safetensors"));
+  EXPECT_EQ(read_file(tmp / "t" / "params.safetensors"), read_file(tmp / "t2" / "params.safetensors"));
 }
 
 // The layout conversions against a direct loop, on sizes that leave partial 64 x 64 tiles.
@@ -306,9 +305,9 @@ TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
   EXPECT_TRUE(has(
       error_of([&] { convert::hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
       "x.safetensors: tensor 'w' has shape [3, 4], but the model needs [4, 3]"));
-  EXPECT_TRUE(has(
-      error_of([&] { convert::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
-      "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
+  EXPECT_TRUE(has(error_of([&] { convert::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); },
+                           ErrorKind::kConfig),
+                  "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
 }
 
 TEST(ByteSize, ReadsTransformersUnits) {
@@ -483,7 +482,8 @@ TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
   to_tessera(kGolden / "llama_gqa", tmp / "t");
   std::string e = error_of(
       [&] {
-        to_hf(tmp / "t", tmp / "h", [](convert::TesseraToHfOptions& o) { o.overrides = {"base_mlp_dim=55"}; });
+        to_hf(tmp / "t", tmp / "h",
+              [](convert::TesseraToHfOptions& o) { o.overrides = {"base_mlp_dim=55"}; });
       },
       ErrorKind::kConfig);
   EXPECT_TRUE(
@@ -594,7 +594,7 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
   std::vector<int32_t> tokens(B * T);
   for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % 512);
   write_file_atomically(tmp / "tokens.bin",
-                   std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
+                        std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
   std::string cmd = py + " " +
                     testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
                     " " + testing::shell_quote((tmp / "tokens.bin").string()) + fmt::format(" {} {}", B, T);

@@ -17,12 +17,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "testing/op_test_util.h"
+#include "tessera/convert/hf_llama.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
-#include "tessera/convert/hf_llama.h"
-#include "tessera/models/init.h"
 #include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
+#include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
@@ -64,7 +64,8 @@ struct Model {
     graph::Graph gr;
     in = models::build_decoder(gr, spec);
     plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = remat});
-    ops::RopeConfig rc{.max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
+    ops::RopeConfig rc{
+        .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
     convert::load_hf_llama(*plan, spec, g.file, "param.");
     const Tensor inputs = g.file.get("inputs"), targets = g.file.get("targets");
@@ -78,7 +79,8 @@ struct Model {
         seg[b * spec.seq + t] = 1;
       }
     const Tensor& dloss = plan->view(plan->dloss());
-    for (int64_t i = 0; i < dloss.numel(); ++i) dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+    for (int64_t i = 0; i < dloss.numel(); ++i)
+      dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
   }
 
   graph::ValueId find(const std::string& name) const {
@@ -115,8 +117,8 @@ TEST(LlamaGolden, Float32LogitsLossAndGradients) {
   for (const auto& n : convert::llama_hf_names(m.spec)) {
     SCOPED_TRACE(n.hf);
     const Tensor& grad = m.plan->view(m.plan->graph().value(m.find(n.tessera)).grad);
-    EXPECT_TRUE(testing::all_close(hf_layout(grad, n.transpose), testing::to_vector(g.file.get("grad." + n.hf)),
-                                   1e-4, 1e-6));
+    EXPECT_TRUE(testing::all_close(hf_layout(grad, n.transpose),
+                                   testing::to_vector(g.file.get("grad." + n.hf)), 1e-4, 1e-6));
   }
 }
 
@@ -124,7 +126,10 @@ TEST(LlamaGolden, Float32ThreeAdamWSteps) {
   Golden g;
   Model m(g, DType::kF32);
   graph::OptimizerStep step;
-  step.adamw = {.lr = g.meta["lr"], .b1 = g.meta["adam_b1"], .b2 = g.meta["adam_b2"], .eps = g.meta["adam_eps"],
+  step.adamw = {.lr = g.meta["lr"],
+                .b1 = g.meta["adam_b1"],
+                .b2 = g.meta["adam_b2"],
+                .eps = g.meta["adam_eps"],
                 .weight_decay = g.meta["adam_weight_decay"]};
   for (int k = 1; k <= 3; ++k) {
     m.exec->zero_grads();

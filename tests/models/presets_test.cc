@@ -20,8 +20,8 @@ struct Preset {
 };
 
 int64_t params_of(const std::string& model_name) {
-  const std::vector<std::string> o = {"model_name=" + model_name, "run_name=presets", "per_device_batch_size=1",
-                                      "max_target_length=16"};
+  const std::vector<std::string> o = {"model_name=" + model_name, "run_name=presets",
+                                      "per_device_batch_size=1", "max_target_length=16"};
   return models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o))
       .num_params();
 }
@@ -63,9 +63,10 @@ TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
     models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
-                                         "mistral, default, gpt3, qwen2, qwen3)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
+                                   "mistral, default, gpt3, qwen2, qwen3)"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -33,14 +33,15 @@ struct Golden {
   }
 
   models::ModelSpec spec(DType dtype) const {
-    const std::vector<std::string> o = {"model_name=llama-test", "run_name=golden", "override_model_config=true",
-                                        "decoder_block=" + block};
+    const std::vector<std::string> o = {"model_name=llama-test", "run_name=golden",
+                                        "override_model_config=true", "decoder_block=" + block};
     models::ModelSpec s =
         models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
     s.emb_dim = meta["hidden_size"];
     s.num_query_heads = meta["num_attention_heads"];
     s.num_kv_heads = meta["num_key_value_heads"];
-    const bool has_head_dim = meta.contains("head_dim") && !meta.at("head_dim").is_null();  // Qwen 2 derives it
+    const bool has_head_dim =
+        meta.contains("head_dim") && !meta.at("head_dim").is_null();  // Qwen 2 derives it
     s.head_dim = has_head_dim ? meta.at("head_dim").get<int64_t>() : s.emb_dim / s.num_query_heads;
     s.mlp_dim = meta["intermediate_size"];
     s.num_decoder_layers = meta["num_hidden_layers"];
@@ -66,11 +67,12 @@ std::vector<Name> qwen_names(const models::ModelSpec& s) {
                          {"decoder.decoder_norm.scale", "model.norm.weight"}};
   if (!s.logits_via_embedding) n.push_back({"decoder.logits_dense.kernel", "lm_head.weight", true});
   for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
-    const std::string t = "decoder.layers_" + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    const std::string t = "decoder.layers_" + std::to_string(l) + ".",
+                      h = "model.layers." + std::to_string(l) + ".";
     n.push_back({t + "pre_self_attention_layer_norm.scale", h + "input_layernorm.weight"});
     n.push_back({t + "post_self_attention_layer_norm.scale", h + "post_attention_layernorm.weight"});
-    const std::pair<const char*, const char*> attn[] = {{"query", "q_proj"}, {"key", "k_proj"}, {"value", "v_proj"},
-                                                        {"out", "o_proj"}};
+    const std::pair<const char*, const char*> attn[] = {
+        {"query", "q_proj"}, {"key", "k_proj"}, {"value", "v_proj"}, {"out", "o_proj"}};
     for (auto [ours, theirs] : attn) {
       n.push_back({t + "self_attention." + ours + ".kernel", h + "self_attn." + theirs + ".weight", true});
       if (s.attention_bias && std::string(ours) != "out")
@@ -109,7 +111,8 @@ struct Model {
     graph::Graph gr;
     in = models::build_decoder(gr, spec);
     plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = "none"});
-    ops::RopeConfig rc{.max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
+    ops::RopeConfig rc{
+        .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
     const std::vector<Name> names = qwen_names(spec);
     EXPECT_EQ(names.size(), plan->graph().params().size());
@@ -131,7 +134,8 @@ struct Model {
         seg[b * spec.seq + t] = 1;
       }
     const Tensor& dloss = plan->view(plan->dloss());
-    for (int64_t i = 0; i < dloss.numel(); ++i) dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+    for (int64_t i = 0; i < dloss.numel(); ++i)
+      dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
   }
 
   graph::ValueId find(const std::string& name) const {

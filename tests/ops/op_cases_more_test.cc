@@ -173,8 +173,10 @@ void attention_graph_check(const Dims& d) {
   const int64_t n = d[0] * d[1], wq = d[2] * d[4], wkv = d[3] * d[4];
   testing::OneNodeGraph b(n);
   graph::ValueId q = b.source("q", wq, -2, 2), k = b.source("k", wkv, -2, 2), v = b.source("v", wkv);
-  const graph::AttentionAttrs shape{.batch = static_cast<int>(d[0]), .seq = static_cast<int>(d[1]),
-                                    .heads = static_cast<int>(d[2]), .kv_heads = static_cast<int>(d[3]),
+  const graph::AttentionAttrs shape{.batch = static_cast<int>(d[0]),
+                                    .seq = static_cast<int>(d[1]),
+                                    .heads = static_cast<int>(d[2]),
+                                    .kv_heads = static_cast<int>(d[3]),
                                     .head_dim = static_cast<int>(d[4])};
   // o is the logits themselves: cross-entropy's backward must not write dlogits over o, which
   // attention's backward reads (autodiff.cc gives dlogits its own buffer here).

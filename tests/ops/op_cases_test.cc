@@ -335,7 +335,8 @@ OpCase layernorm_case() {
 
 // y = x + bias over [N, C]: the forward is one add (R = 1); dbias sums N rows (R = N), in double.
 OpCase bias_case() {
-  OpCase c{.name = "bias_add", .dims_doc = "N,C", .shapes = {{1, 1}, {3, 7}, {4, 33}, {9, 257}}, .bf16 = true};
+  OpCase c{
+      .name = "bias_add", .dims_doc = "N,C", .shapes = {{1, 1}, {3, 7}, {4, 33}, {9, 257}}, .bf16 = true};
   c.reduction = [](const Dims& d) { return d[0]; };
   c.f32_outputs = {"dbias"};
   c.inputs = [](const Dims& d, DType dt, uint64_t s) {
@@ -354,7 +355,8 @@ OpCase bias_case() {
   c.run = [](const Dims& d, DType dt, const Arrays& in) {
     Buffers b;
     const Tensor& y = b.make(Shape{d[0], d[1]}, dt);
-    ops::bias_add(b.from(at(in, "x"), Shape{d[0], d[1]}, dt), b.from(at(in, "bias"), Shape{d[1]}, DType::kF32), y);
+    ops::bias_add(b.from(at(in, "x"), Shape{d[0], d[1]}, dt),
+                  b.from(at(in, "bias"), Shape{d[1]}, DType::kF32), y);
     return Arrays{.f = {{"y", to_vector(y)}}};
   };
   c.reference_backward = [](const Dims& d, const Arrays& in) {

@@ -83,7 +83,8 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
 inline ::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& want,
                                          const std::vector<double>& tol) {
   if (got.size() != want.size() || got.size() != tol.size())
-    return ::testing::AssertionFailure() << "sizes " << got.size() << ", " << want.size() << ", " << tol.size();
+    return ::testing::AssertionFailure()
+           << "sizes " << got.size() << ", " << want.size() << ", " << tol.size();
   size_t worst = got.size();
   double worst_ratio = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -96,8 +97,9 @@ inline ::testing::AssertionResult within(const std::vector<double>& got, const s
     }
   }
   if (worst == got.size()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << worst << ": got " << got[worst] << ", want " << want[worst]
-                                       << ", tolerance " << tol[worst] << " (exceeded " << worst_ratio << "x)";
+  return ::testing::AssertionFailure()
+         << "element " << worst << ": got " << got[worst] << ", want " << want[worst] << ", tolerance "
+         << tol[worst] << " (exceeded " << worst_ratio << "x)";
 }
 
 // Runs `body` once per ISA this CPU supports (scalar always), with that ISA active, whatever

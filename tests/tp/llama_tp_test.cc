@@ -27,8 +27,8 @@
 #include "tessera/dist/communicator.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/graph/executor.h"
-#include "tessera/models/init.h"
 #include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
@@ -383,10 +383,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, LlamaTensorParallel,
                                                 graph::OptimizerKind::kSgd},
                                            Case{"tp2_bf16", 2, 4, 2, 24, 30, false, DType::kBF16,
                                                 "save_dot_except_mlp", 0.0f, graph::OptimizerKind::kAdamW},
-                                           Case{"gpt3_tp2_tied", 2, 4, 4, 24, 30, true, DType::kF32, "full", 0.0f,
-                                                graph::OptimizerKind::kSgd, "gpt3"},
-                                           Case{"gpt3_tp2_bf16", 2, 4, 4, 24, 30, true, DType::kBF16, "minimal",
-                                                0.0f, graph::OptimizerKind::kAdamW, "gpt3"}),
+                                           Case{"gpt3_tp2_tied", 2, 4, 4, 24, 30, true, DType::kF32, "full",
+                                                0.0f, graph::OptimizerKind::kSgd, "gpt3"},
+                                           Case{"gpt3_tp2_bf16", 2, 4, 4, 24, 30, true, DType::kBF16,
+                                                "minimal", 0.0f, graph::OptimizerKind::kAdamW, "gpt3"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Megatron's count: per layer 2 all-reduces of [N, E] forward (attention and MLP outputs) and 2

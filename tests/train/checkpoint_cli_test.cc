@@ -17,18 +17,18 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "testing/process_util.h"
 #include "tessera/checkpoint/checkpoint.h"
+#include "testing/process_util.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
 
-using testing::tessera_binary;
 using testing::Child;
 using testing::read_until;
 using testing::spawn;
+using testing::tessera_binary;
 
 struct Exit {
   bool exited = false;

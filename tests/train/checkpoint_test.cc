@@ -6,8 +6,8 @@
 // in checkpoint_cli_test.cc.
 #include "tessera/checkpoint/checkpoint.h"
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -211,8 +211,8 @@ TEST_F(Checkpoints, DISABLED_MetricsKillChild) {
   const char* dir = std::getenv(kKillDirVar);
   if (!dir) GTEST_SKIP() << "run by MetricsOfCheckpointedStepsSurviveAKill";
   dir_ = dir;
-  const Config cfg = config("mk", {"steps=20", "async_checkpointing=false",
-                                   "metrics_file=" + (dir_ / "metrics.jsonl").string()});
+  const Config cfg = config(
+      "mk", {"steps=20", "async_checkpointing=false", "metrics_file=" + (dir_ / "metrics.jsonl").string()});
   std::ostringstream out;
   train::Trainer t(cfg, out);
   t.run([&](const train::StepMetrics& m) {
@@ -225,7 +225,8 @@ TEST_F(Checkpoints, DISABLED_MetricsKillChild) {
 TEST_F(Checkpoints, MetricsOfCheckpointedStepsSurviveAKill) {
   const fs::path metrics = dir_ / "metrics.jsonl";
   const std::string cmd = fmt::format(
-      "{}='{}' /proc/{}/exe --gtest_also_run_disabled_tests --gtest_filter=Checkpoints.DISABLED_MetricsKillChild "
+      "{}='{}' /proc/{}/exe --gtest_also_run_disabled_tests "
+      "--gtest_filter=Checkpoints.DISABLED_MetricsKillChild "
       ">/dev/null 2>&1",
       kKillDirVar, dir_.string(), ::getpid());
   const int status = std::system(cmd.c_str());
@@ -260,7 +261,8 @@ TEST_F(Checkpoints, NoIntactCheckpointIsAnError) {
 TEST_F(Checkpoints, KeepsOnlyTheNewest) {
   std::string log;
   run(config("keep", {"steps=20", "max_num_checkpoints_to_keep=2", "async_checkpointing=false"}), &log);
-  EXPECT_EQ(checkpoint::list_checkpoints(dir_ / "runs" / "keep" / "checkpoints"), (std::vector<int64_t>{15, 20}));
+  EXPECT_EQ(checkpoint::list_checkpoints(dir_ / "runs" / "keep" / "checkpoints"),
+            (std::vector<int64_t>{15, 20}));
   EXPECT_NE(log.find("checkpoints: deleted 5"), std::string::npos) << log;
 }
 

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
-#include "testing/op_test_util.h"
 #include "tessera/graph/executor.h"
-#include "tessera/models/init.h"
 #include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
+#include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
@@ -82,8 +82,8 @@ TEST(GradientAccumulation, TwoMicroStepsEqualOneLargerBatch) {
     auto id = static_cast<graph::ValueId>(i);
     EXPECT_TRUE(testing::all_close(testing::to_vector(small.plan->view(values[i].grad)),
                                    testing::to_vector(big.plan->view(values[i].grad)), 1e-4, 1e-7));
-    EXPECT_TRUE(testing::all_close(testing::to_vector(small.plan->view(id)), testing::to_vector(big.plan->view(id)),
-                                   0, 1e-5));
+    EXPECT_TRUE(testing::all_close(testing::to_vector(small.plan->view(id)),
+                                   testing::to_vector(big.plan->view(id)), 0, 1e-5));
   }
 }
 

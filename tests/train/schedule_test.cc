@@ -1,17 +1,19 @@
 // Learning-rate schedules against values worked out by hand from MaxText's definitions.
+#include "tessera/train/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 
 #include "tessera/core/error.h"
-#include "tessera/train/schedule.h"
 
 namespace tessera::train {
 namespace {
 
 TEST(LrSchedule, CosineWithWarmup) {
-  LrSchedule s{.type = "cosine", .lr = 1.0, .final_fraction = 0.1, .schedule_steps = 100, .warmup_fraction = 0.1};
+  LrSchedule s{
+      .type = "cosine", .lr = 1.0, .final_fraction = 0.1, .schedule_steps = 100, .warmup_fraction = 0.1};
   EXPECT_DOUBLE_EQ(s.at(0), 0.0);
   EXPECT_DOUBLE_EQ(s.at(5), 0.5);                 // halfway through 10 warmup steps
   EXPECT_DOUBLE_EQ(s.at(10), 1.0);                // cosine starts at the peak
@@ -21,8 +23,13 @@ TEST(LrSchedule, CosineWithWarmup) {
 }
 
 TEST(LrSchedule, WarmupStableDecay) {
-  LrSchedule s{.type = "wsd", .lr = 2.0, .final_fraction = 0.0, .schedule_steps = 100, .warmup_fraction = 0.1,
-               .wsd_decay_fraction = 0.2, .wsd_decay_style = "linear"};
+  LrSchedule s{.type = "wsd",
+               .lr = 2.0,
+               .final_fraction = 0.0,
+               .schedule_steps = 100,
+               .warmup_fraction = 0.1,
+               .wsd_decay_fraction = 0.2,
+               .wsd_decay_style = "linear"};
   EXPECT_DOUBLE_EQ(s.at(10), 2.0);
   EXPECT_DOUBLE_EQ(s.at(79), 2.0);
   EXPECT_DOUBLE_EQ(s.at(80), 2.0);  // decay starts at S - 20

@@ -15,10 +15,10 @@
 #include <map>
 #include <sstream>
 
-#include "tessera/core/error.h"
-#include "tessera/core/file.h"
 #include "corpus/corpus_rdata.h"
 #include "corpus/corpus_sword.h"
+#include "tessera/core/error.h"
+#include "tessera/core/file.h"
 
 extern char** environ;
 

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "corpus/corpus_rdata.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
-#include "corpus/corpus_rdata.h"
 
 namespace tessera::corpus {
 namespace fs = std::filesystem;

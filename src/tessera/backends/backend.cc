@@ -15,6 +15,8 @@ Backend& backend_for(Device device) {
        device.str());
 }
 
-const KernelTables& kernels_for(Device device) { return backend_for(device).kernels(); }
+const KernelTables& kernels_for(Device device) {
+  return backend_for(device).kernels();
+}
 
 }  // namespace tessera::backends

@@ -40,6 +40,8 @@ struct KernelTables {
 // The tables of `device`'s backend (backend.h's backend_for: a device without a backend in this
 // build is a kRuntime error); on the CPU, those of the active ISA.
 const KernelTables& kernels_for(Device device);
-inline const KernelTables& kernels_for(const Tensor& t) { return kernels_for(t.device()); }
+inline const KernelTables& kernels_for(const Tensor& t) {
+  return kernels_for(t.device());
+}
 
 }  // namespace tessera::backends

@@ -320,16 +320,16 @@ WholeParameters::WholeParameters(const fs::path& path) : path_(path.string()) {
     int64_t covered = 0;
     for (const PieceSource& src : list) {
       if (src.data.dtype() != DType::kF32)
-        fail(ErrorKind::kIo, "{}: tensor '{}' is {}; Tessera's piece files hold float32", src.file->path(), name,
-             dtype_name(src.data.dtype()));
+        fail(ErrorKind::kIo, "{}: tensor '{}' is {}; Tessera's piece files hold float32", src.file->path(),
+             name, dtype_name(src.data.dtype()));
       if (!(src.piece.whole == whole.whole))
         fail(ErrorKind::kIo, "{}: tensor '{}' is a piece of {} here but of {} in {}", src.file->path(), name,
              src.piece.whole.str(), whole.whole.str(), list[0].file->path());
       covered += src.piece.shape.numel();  // pieces Tessera writes never overlap
     }
     if (covered != whole.whole.numel())
-      fail(ErrorKind::kIo, "{}: the pieces of '{}' cover {} of its {} elements; is a piece file missing?", path_,
-           name, covered, whole.whole.numel());
+      fail(ErrorKind::kIo, "{}: the pieces of '{}' cover {} of its {} elements; is a piece file missing?",
+           path_, name, covered, whole.whole.numel());
     std::vector<float>& buf = assembled_.emplace_back(static_cast<size_t>(whole.whole.numel()));
     for (const PieceSource& src : list) dist::copy_overlap(src.piece, src.data.data(), whole, buf.data(), 4);
     tensors_[name] = Tensor(buf.data(), whole.whole, DType::kF32);
@@ -386,7 +386,8 @@ nlohmann::json verify_checkpoint(const fs::path& dir) {
            mpath.string(), kManifestCrcKey);
     if (const std::string crc = manifest_crc(m); crc != m[kManifestCrcKey].get<std::string>())
       fail(ErrorKind::kIo,
-           "{}: CRC32C {} of the manifest does not match its \"{}\" {} (the manifest was edited or is corrupt; "
+           "{}: CRC32C {} of the manifest does not match its \"{}\" {} (the manifest was edited or is "
+           "corrupt; "
            "it holds the step and the data position, so it is not trusted)",
            mpath.string(), crc, kManifestCrcKey, m[kManifestCrcKey].get<std::string>());
     const int version = m.at("format_version").get<int>();
@@ -459,6 +460,5 @@ CheckpointInfo restore_checkpoint(graph::Plan& plan, const fs::path& path, Resto
   models::sync_compute_copies(plan);
   return info;
 }
-
 
 }  // namespace tessera::checkpoint

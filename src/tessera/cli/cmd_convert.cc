@@ -6,8 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include "tessera/cli/commands.h"
-#include "tessera/core/error.h"
 #include "tessera/convert/hf_convert.h"
+#include "tessera/core/error.h"
 
 namespace tessera::cli {
 
@@ -83,10 +83,10 @@ int convert(const ConvertArgs& a, std::ostream& out) {
     return kExitOk;
   }
   convert::TesseraToHfOptions o{.checkpoint = a.source,
-                               .out_dir = a.out_dir,
-                               .config_file = a.config_file,
-                               .overrides = a.overrides,
-                               .dtype = a.dtype};
+                                .out_dir = a.out_dir,
+                                .config_file = a.config_file,
+                                .overrides = a.overrides,
+                                .dtype = a.dtype};
   if (!a.max_shard_size.empty()) o.max_shard_bytes = convert::parse_byte_size(a.max_shard_size);
   const convert::ConvertReport r = convert::convert_tessera_to_hf(o);
   fmt::print(out, "tessera convert: Tessera checkpoint {} -> Hugging Face ({}, {})\n", a.source,

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "tessera/cli/sample.h"
+#include "tessera/compile/plan_file.h"
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/cpu_features.h"
@@ -20,8 +22,6 @@
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
 #include "tessera/graph/plan.h"
-#include "tessera/cli/sample.h"
-#include "tessera/compile/plan_file.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -228,8 +228,8 @@ int train(const ConfigArgs& args, std::ostream& out) {
   // one that is stuck, possibly inside MPI): every rank's watchdog fires, and mpirun ends the job
   // when the first one exits.
   train::Diagnostics::set_hang_handler([](const std::string& message) {
-    fmt::print(stderr, "tessera: error (rank {} of {}): {}\n", activity().rank.load(), activity().world_size.load(),
-               message);
+    fmt::print(stderr, "tessera: error (rank {} of {}): {}\n", activity().rank.load(),
+               activity().world_size.load(), message);
     std::fflush(stderr);
     std::_Exit(kExitHang);
   });
@@ -240,7 +240,8 @@ int train(const ConfigArgs& args, std::ostream& out) {
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kShape) throw;
     fail(ErrorKind::kConfig,
-         "{}; the plan's shapes come from base_emb_dim, base_mlp_dim, base_num_query_heads, base_num_kv_heads, "
+         "{}; the plan's shapes come from base_emb_dim, base_mlp_dim, base_num_query_heads, "
+         "base_num_kv_heads, "
          "head_dim, base_num_decoder_layers, vocab_size, per_device_batch_size and max_target_length",
          e.what());
   }
@@ -267,10 +268,10 @@ void train_and_sample(const Config& cfg, train::Trainer& trainer, std::ostream& 
   if (!cfg.prompt.empty() && !cfg.tokenizer_path.empty() && r.stop_signal == 0) {
     auto tok = data::load_tokenizer(cfg.tokenizer_type, cfg.tokenizer_path);
     SampleOptions so{.prompt = cfg.prompt,
-                            .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
-                            .strategy = cfg.decode_sampling_strategy,
-                            .temperature = cfg.decode_sampling_temperature,
-                            .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
+                     .max_new_tokens = std::max<int64_t>(1, cfg.max_target_length / 2),
+                     .strategy = cfg.decode_sampling_strategy,
+                     .temperature = cfg.decode_sampling_temperature,
+                     .seed = static_cast<uint64_t>(cfg.init_weights_seed)};
     so.max_new_tokens = std::min<int64_t>(so.max_new_tokens, 96);
     fmt::print(log, "sample ({}): {}\n", cfg.decode_sampling_strategy, sample_text(trainer, *tok, so));
   }

@@ -21,13 +21,7 @@ namespace tessera::cli {
 
 // kExitDoesNotFit: `tessera compile` found the plan larger than the device; kExitHang: the hang
 // watchdog stopped the job (train/diagnostics.h).
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitFailure = 1,
-  kExitUsage = 2,
-  kExitDoesNotFit = 4,
-  kExitHang = 5
-};
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitDoesNotFit = 4, kExitHang = 5 };
 
 inline constexpr std::string_view kVersion = "0.1.0";
 
@@ -66,7 +60,6 @@ int prepare_data(const ConfigArgs& args, std::ostream& out, std::ostream& err);
 // model at load_parameters_path, with a KV cache (cmd_decode.cc); completions on `out`, the log
 // (timings, stop reasons) on `err`.
 int decode(const ConfigArgs& args, std::ostream& out, std::ostream& err);
-
 
 // `tessera convert --from hf|tessera --to tessera|hf SOURCE OUT_DIR [options] [key=value ...]`
 // (cmd_convert.cc; docs/convert.md).

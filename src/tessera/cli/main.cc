@@ -47,25 +47,31 @@ int main(int argc, char** argv) {
   CLI::App* train_cmd =
       app.add_subcommand("train", "Train a model; resumes from the latest checkpoint of run_name.");
   add_config_args(train_cmd, args);
-  CLI::App* tok_cmd = app.add_subcommand("train-tokenizer", "Train a SentencePiece tokenizer on dataset_path.");
+  CLI::App* tok_cmd =
+      app.add_subcommand("train-tokenizer", "Train a SentencePiece tokenizer on dataset_path.");
   add_config_args(tok_cmd, args);
-  CLI::App* prep_cmd = app.add_subcommand("prepare-data", "Tokenize dataset_path into token shards (data_output_path).");
+  CLI::App* prep_cmd =
+      app.add_subcommand("prepare-data", "Tokenize dataset_path into token shards (data_output_path).");
   add_config_args(prep_cmd, args);
   CLI::App* decode_cmd = app.add_subcommand(
-      "decode", "Complete `prompt` (or prompts_file) with the model at load_parameters_path, using a KV cache.");
+      "decode",
+      "Complete `prompt` (or prompts_file) with the model at load_parameters_path, using a KV cache.");
   add_config_args(decode_cmd, args);
   ConvertArgs conv;
   CLI::App* convert_cmd = add_convert_command(app, conv);
   CLI::App* serve_cmd = app.add_subcommand(
-      "serve", "Serve OpenAI-compatible completions over HTTP (needs load_parameters_path and tokenizer_path).");
+      "serve",
+      "Serve OpenAI-compatible completions over HTTP (needs load_parameters_path and tokenizer_path).");
   add_config_args(serve_cmd, args);
   bool search = false;
   CLI::App* compile_cmd = app.add_subcommand(
-      "compile", "Plan a run for compile_topology without its hardware: memory per device and whether it fits, "
-                 "FLOPs, collectives, estimated step time and MFU (docs/compile.md).");
+      "compile",
+      "Plan a run for compile_topology without its hardware: memory per device and whether it fits, "
+      "FLOPs, collectives, estimated step time and MFU (docs/compile.md).");
   add_config_args(compile_cmd, args);
-  compile_cmd->add_flag("--search", search,
-                        "rank the meshes, remat policies and per-device batches that fit by estimated throughput");
+  compile_cmd->add_flag(
+      "--search", search,
+      "rank the meshes, remat policies and per-device batches that fit by estimated throughput");
 
   try {
     app.parse(argc, argv);

@@ -43,8 +43,8 @@ void gather_row(const Tensor& logits, const graph::Value& v, int64_t row, dist::
 
 // One device: the decoding engine on the plan's f32 masters (it keeps its own copy in the compute
 // dtype), with a KV cache. Returns the generated ids (EOS not included).
-std::vector<int32_t> sample_by_engine(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
-                                      const std::vector<int32_t>& ids) {
+std::vector<int32_t> sample_by_engine(train::Trainer& trainer, const data::Tokenizer& tokenizer,
+                                      const SampleOptions& o, const std::vector<int32_t>& ids) {
   const models::ModelSpec& spec = trainer.spec();
   std::map<std::string, Tensor> params;
   const graph::Plan& plan = trainer.plan();
@@ -53,7 +53,8 @@ std::vector<int32_t> sample_by_engine(train::Trainer& trainer, const data::Token
     if (values[i].kind == graph::ValueKind::kParam)
       params[values[i].name] = plan.view(static_cast<graph::ValueId>(i));
   auto engine = infer::make_engine(
-      spec, {.max_slots = 1, .max_target_length = spec.seq, .max_prefill_length = static_cast<int64_t>(ids.size())},
+      spec,
+      {.max_slots = 1, .max_target_length = spec.seq, .max_prefill_length = static_cast<int64_t>(ids.size())},
       [&](const std::string& name) { return params.at(name); });
   infer::GenerateOptions g;
   g.sampling.strategy = o.strategy;
@@ -68,8 +69,8 @@ std::vector<int32_t> sample_by_engine(train::Trainer& trainer, const data::Token
 // Several ranks: the parameters are sharded (FSDP, TP), so every rank runs full forward passes of
 // the training plan (row 0 holds the text, the other rows padding; no KV cache) and tensor ranks
 // gather the logits' row; every rank draws the same token from the same seed.
-std::vector<int32_t> sample_by_forward(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& o,
-                                       std::vector<int32_t> ids) {
+std::vector<int32_t> sample_by_forward(train::Trainer& trainer, const data::Tokenizer& tokenizer,
+                                       const SampleOptions& o, std::vector<int32_t> ids) {
   graph::Plan& plan = trainer.plan();
   const graph::Graph& g = plan.graph();
   const models::DecoderInputs& in = trainer.inputs();

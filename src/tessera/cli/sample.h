@@ -25,6 +25,7 @@ struct SampleOptions {
 };
 
 // Returns the prompt followed by the generated text. Stops at EOS or when the row is full.
-std::string sample_text(train::Trainer& trainer, const data::Tokenizer& tokenizer, const SampleOptions& options);
+std::string sample_text(train::Trainer& trainer, const data::Tokenizer& tokenizer,
+                        const SampleOptions& options);
 
 }  // namespace tessera::cli

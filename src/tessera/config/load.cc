@@ -27,24 +27,15 @@ using config::Origin;
 // MaxText keys that Tessera does not have, with the Tessera key that does the job where one does.
 const std::map<std::string_view, std::string_view>& maxtext_only_keys() {
   static const std::map<std::string_view, std::string_view> keys = {
-      {"attention", ""},
-      {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
-      {"data_sharding", ""},
-      {"dataset_name", "dataset_path"},
-      {"enable_profiler", ""},
-      {"fused_mlp", ""},
-      {"fused_qkv", ""},
-      {"grad_dtype", ""},
-      {"jax_cache_dir", ""},
-      {"matmul_precision", ""},
-      {"mesh_axes", ""},
-      {"num_experts", ""},
-      {"num_experts_per_tok", ""},
-      {"num_slices", ""},
-      {"param_scan_axis", ""},
-      {"profiler", ""},
-      {"quantization", ""},
-      {"quantize_kvcache", ""},
+      {"attention", ""},           {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
+      {"data_sharding", ""},       {"dataset_name", "dataset_path"},
+      {"enable_profiler", ""},     {"fused_mlp", ""},
+      {"fused_qkv", ""},           {"grad_dtype", ""},
+      {"jax_cache_dir", ""},       {"matmul_precision", ""},
+      {"mesh_axes", ""},           {"num_experts", ""},
+      {"num_experts_per_tok", ""}, {"num_slices", ""},
+      {"param_scan_axis", ""},     {"profiler", ""},
+      {"quantization", ""},        {"quantize_kvcache", ""},
       {"z_loss_multiplier", ""},
   };
   return keys;

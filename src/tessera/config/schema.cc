@@ -452,9 +452,10 @@ void add_diagnostics_keys(std::vector<FieldSpec>& t) {
   g.real("hang_watchdog_min_seconds", &Config::hang_watchdog_min_seconds, "300", above(0),
          "The hang watchdog's floor: no step shorter than this is a hang. The first step, which has no "
          "median yet, may take hang_watchdog_step_multiple times this.");
-  g.choice("profiler", &Config::profiler, R"("")", {"", "trace"}, {"xplane", "nsys"},
-           "\"trace\": a Chrome trace-event JSON per rank (Perfetto, chrome://tracing) under "
-           "{base_output_directory}/{run_name}/profile/; \"\" = none. MaxText's xplane and nsys are refused.");
+  g.choice(
+      "profiler", &Config::profiler, R"("")", {"", "trace"}, {"xplane", "nsys"},
+      "\"trace\": a Chrome trace-event JSON per rank (Perfetto, chrome://tracing) under "
+      "{base_output_directory}/{run_name}/profile/; \"\" = none. MaxText's xplane and nsys are refused.");
   g.integer("skip_first_n_steps_for_profiler", &Config::skip_first_n_steps_for_profiler, "1", at_least(0),
             "The first profiled step is the run's first step plus this many.");
   g.integer("profiler_steps", &Config::profiler_steps, "5", at_least(1),

@@ -96,7 +96,8 @@ const YAML::Node& expect_scalar(const FieldSpec& f, const YAML::Node& n, const O
   // A NUL ("\0" in a quoted scalar, or on the command line) would cut the value short in every
   // C API it reaches (file names, the run folder); no key takes one.
   if (size_t nul = n.Scalar().find('\0'); nul != std::string::npos)
-    value_error(f, o, fmt::format("expected {}, got a value with a NUL character at offset {}", expected(f), nul));
+    value_error(f, o,
+                fmt::format("expected {}, got a value with a NUL character at offset {}", expected(f), nul));
   return n;
 }
 

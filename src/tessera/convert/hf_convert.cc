@@ -9,13 +9,13 @@
 #include <cstring>
 #include <set>
 
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/convert/hf_llama.h"
 #include "tessera/core/crc32c.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 #include "tessera/graph/graph.h"
-#include "tessera/convert/hf_llama.h"
 #include "tessera/models/decoder.h"
-#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera::convert {
@@ -462,8 +462,8 @@ void check_params_file(const checkpoint::WholeParameters& file, const std::map<s
 // Writes the parameters of `file` into `dir` in Hugging Face's names, layout and `dtype`: one
 // model.safetensors, or shards of at most `max_bytes` and their index. One shard is in memory at
 // a time. Adds the files and counts to `r`.
-void write_hf_weights(const checkpoint::WholeParameters& file, const ModelSpec& spec, DType dtype, uint64_t max_bytes,
-                      const fs::path& dir, ConvertReport& r) {
+void write_hf_weights(const checkpoint::WholeParameters& file, const ModelSpec& spec, DType dtype,
+                      uint64_t max_bytes, const fs::path& dir, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
   check_params_file(file, params);
   const std::vector<HfName> names = llama_hf_names(spec);
@@ -515,8 +515,7 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   r.model = hf_config_from_tessera(cfg);
   r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
   check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
-  write_hf_weights(params, spec_of(cfg), dtype_from_name(r.dtype),
-                   o.max_shard_bytes, out.path(), r);
+  write_hf_weights(params, spec_of(cfg), dtype_from_name(r.dtype), o.max_shard_bytes, out.path(), r);
   // A checkpoint converted from Hugging Face keeps its config.json in the manifest, whose token ids
   // and context length carry over while the model is the same.
   json source = manifest.is_object() && manifest.contains("source") && manifest["source"].is_object()
@@ -524,7 +523,7 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
                     : json();
   if (!same_model(source, r.model)) source = json();
   write_file_atomically(out.path() / kHfConfig,
-                   hf_config_json(r.model, r.dtype, source, cfg.max_target_length).dump(2) + "\n");
+                        hf_config_json(r.model, r.dtype, source, cfg.max_target_length).dump(2) + "\n");
   r.files.push_back(kHfConfig);
   out.commit();
   return r;

@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/safetensors.h"
 #include "tessera/convert/hf_config.h"
+#include "tessera/core/safetensors.h"
 
 namespace tessera::convert {
 

@@ -13,7 +13,9 @@ namespace tessera {
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
-size_t round_up(size_t x, size_t a) { return checked_add(x, a - 1, "arena size") / a * a; }
+size_t round_up(size_t x, size_t a) {
+  return checked_add(x, a - 1, "arena size") / a * a;
+}
 }  // namespace
 
 Arena::Arena(size_t capacity, std::string name) : name_(std::move(name)) {
@@ -42,7 +44,9 @@ Arena::~Arena() {
   if (base_) munmap(base_, capacity_);
 }
 
-Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+Arena::Arena(Arena&& o) noexcept {
+  *this = std::move(o);
+}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
@@ -65,8 +69,8 @@ void* Arena::allocate(size_t bytes, size_t alignment) {
 }
 
 Tensor Arena::tensor(Shape shape, DType dtype) {
-  return Tensor(allocate(checked_mul(static_cast<size_t>(shape.numel()), dtype_size(dtype), shape.str())), shape,
-                dtype, device());
+  return Tensor(allocate(checked_mul(static_cast<size_t>(shape.numel()), dtype_size(dtype), shape.str())),
+                shape, dtype, device());
 }
 
 size_t aligned_bytes(Shape shape, DType dtype) {

@@ -1,9 +1,9 @@
 #include "tessera/core/cpu_features.h"
 
-#include <algorithm>
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 

@@ -24,7 +24,9 @@ uint32_t crc32c_ref(const void* data, size_t n, uint32_t crc = 0);
 
 // TFRecord's masked CRC: a CRC stored next to the data it covers is rotated and offset so that
 // the CRC of a buffer that contains CRCs stays well distributed.
-inline uint32_t crc32c(std::string_view s, uint32_t crc = 0) { return crc32c(s.data(), s.size(), crc); }
+inline uint32_t crc32c(std::string_view s, uint32_t crc = 0) {
+  return crc32c(s.data(), s.size(), crc);
+}
 
 inline uint32_t masked_crc32c(uint32_t crc) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;

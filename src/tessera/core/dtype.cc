@@ -6,20 +6,28 @@ namespace tessera {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   TESSERA_ASSERT(false);
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kBF16: return "bfloat16";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
   }
   TESSERA_ASSERT(false);
 }

@@ -16,14 +16,16 @@ namespace tessera {
 enum class DType : uint8_t { kF32, kBF16, kI32, kI64 };
 
 size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);  // "float32", "bfloat16", "int32", "int64"
+std::string_view dtype_name(DType t);          // "float32", "bfloat16", "int32", "int64"
 DType dtype_from_name(std::string_view name);  // accepts the names above and "f32"/"bf16"; throws kConfig
 
 struct bf16 {
   uint16_t bits;
 };
 
-inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -33,6 +35,8 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 }  // namespace tessera

@@ -46,9 +46,9 @@ template <typename... Args>
 #define TESSERA_CHECK_SHAPE(cond, ...) TESSERA_CHECK(cond, ::tessera::ErrorKind::kShape, __VA_ARGS__)
 
 // An internal invariant. Kept in release builds: the cost is a predictable branch.
-#define TESSERA_ASSERT(cond)                                                                  \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      ::tessera::fail(::tessera::ErrorKind::kInternal, "internal error: {} ({}:{})", #cond, \
-                      __FILE__, __LINE__);                                                    \
+#define TESSERA_ASSERT(cond)                                                                          \
+  do {                                                                                                \
+    if (!(cond))                                                                                      \
+      ::tessera::fail(::tessera::ErrorKind::kInternal, "internal error: {} ({}:{})", #cond, __FILE__, \
+                      __LINE__);                                                                      \
   } while (0)

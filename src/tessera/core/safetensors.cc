@@ -19,20 +19,29 @@ namespace {
 
 const char* st_dtype_name(DType d) {
   switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
 
 bool st_dtype(const std::string& s, DType* out) {
-  if (s == "F32") *out = DType::kF32;
-  else if (s == "BF16") *out = DType::kBF16;
-  else if (s == "I32") *out = DType::kI32;
-  else if (s == "I64") *out = DType::kI64;
-  else return false;
+  if (s == "F32")
+    *out = DType::kF32;
+  else if (s == "BF16")
+    *out = DType::kBF16;
+  else if (s == "I32")
+    *out = DType::kI32;
+  else if (s == "I64")
+    *out = DType::kI64;
+  else
+    return false;
   return true;
 }
 
@@ -70,7 +79,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
   const auto* bytes = static_cast<const uint8_t*>(map_);
   uint64_t n = 0;
   std::memcpy(&n, bytes, 8);
-  if (n > size_ - 8) fail(ErrorKind::kIo, "{}: header length {} at offset 0 runs past the end of the file ({} bytes)", path, n, size_);
+  if (n > size_ - 8)
+    fail(ErrorKind::kIo, "{}: header length {} at offset 0 runs past the end of the file ({} bytes)", path, n,
+         size_);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
@@ -92,8 +103,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
     }
     DType dt;
     if (!e.contains("dtype") || !e["dtype"].is_string() || !st_dtype(e["dtype"].get<std::string>(), &dt))
-      fail(ErrorKind::kIo, "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64)",
-           path, name);
+      fail(ErrorKind::kIo,
+           "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64)", path,
+           name);
     if (!e.at("shape").is_array() || e["shape"].size() > static_cast<size_t>(kMaxDims))
       fail(ErrorKind::kIo, "{}: tensor '{}' has shape {}; expected a list of at most {} sizes", path, name,
            e["shape"].dump(), kMaxDims);
@@ -110,15 +122,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
     }
     auto off = e.at("data_offsets");
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      fail(ErrorKind::kIo, "{}: tensor '{}' has data_offsets {}; expected [begin, end]", path, name, off.dump());
+      fail(ErrorKind::kIo, "{}: tensor '{}' has data_offsets {}; expected [begin, end]", path, name,
+           off.dump());
     uint64_t b = off.at(0).get<uint64_t>(), en = off.at(1).get<uint64_t>();
     uint64_t want = static_cast<uint64_t>(shape.numel()) * dtype_size(dt);
     if (b > en || en > data_size)
-      fail(ErrorKind::kIo, "{}: tensor '{}' spans bytes [{}, {}) of the data section, which has {} (truncated file?)",
-           path, name, data_begin + b, data_begin + en, data_size);
+      fail(ErrorKind::kIo,
+           "{}: tensor '{}' spans bytes [{}, {}) of the data section, which has {} (truncated file?)", path,
+           name, data_begin + b, data_begin + en, data_size);
     if (en - b != want)
-      fail(ErrorKind::kIo, "{}: tensor '{}' has {} bytes at offset {} but its shape {} x {} needs {}", path, name,
-           en - b, data_begin + b, shape.str(), dtype_name(dt), want);
+      fail(ErrorKind::kIo, "{}: tensor '{}' has {} bytes at offset {} but its shape {} x {} needs {}", path,
+           name, en - b, data_begin + b, shape.str(), dtype_name(dt), want);
     if (en > b) spans.push_back({b, en, name});
     entries_.emplace(name, Tensor(const_cast<uint8_t*>(bytes + data_begin + b), shape, dt));
   }
@@ -128,9 +142,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
   for (size_t i = 1; i < spans.size(); ++i)
     if (spans[i].begin < spans[i - 1].end)
       fail(ErrorKind::kIo,
-           "{}: tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap; each tensor needs bytes of its own",
-           path, spans[i - 1].name, data_begin + spans[i - 1].begin, data_begin + spans[i - 1].end, spans[i].name,
-           data_begin + spans[i].begin, data_begin + spans[i].end);
+           "{}: tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap; each tensor needs bytes of "
+           "its own",
+           path, spans[i - 1].name, data_begin + spans[i - 1].begin, data_begin + spans[i - 1].end,
+           spans[i].name, data_begin + spans[i].begin, data_begin + spans[i].end);
   unmap.armed = false;  // opened: the destructor unmaps from now on
 } catch (const nlohmann::json::exception& e) {
   fail(ErrorKind::kIo, "{}: malformed safetensors header: {}", path, e.what());
@@ -160,7 +175,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     TESSERA_CHECK(t.is_contiguous(), ErrorKind::kInternal, "write_safetensors: '{}' is not contiguous", name);
     std::vector<int64_t> shape;
     for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
-    header[name] = {{"dtype", st_dtype_name(t.dtype())}, {"shape", shape}, {"data_offsets", {off, off + t.nbytes()}}};
+    header[name] = {
+        {"dtype", st_dtype_name(t.dtype())}, {"shape", shape}, {"data_offsets", {off, off + t.nbytes()}}};
     off += t.nbytes();
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;

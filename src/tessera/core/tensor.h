@@ -10,8 +10,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "tessera/core/device.h"
 #include "tessera/core/checked.h"
+#include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera {
@@ -42,14 +42,18 @@ class Tensor {
 
   void* data() const { return data_; }
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data_); }
+  T* ptr() const {
+    return static_cast<T*>(data_);
+  }
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
   int rank() const { return shape_.rank(); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return checked_mul(static_cast<size_t>(numel()), dtype_size(dtype_), "tensor bytes"); }
+  size_t nbytes() const {
+    return checked_mul(static_cast<size_t>(numel()), dtype_size(dtype_), "tensor bytes");
+  }
   int64_t stride(int i) const { return strides_[i < 0 ? i + rank() : i]; }
   bool is_contiguous() const;
   bool defined() const { return data_ != nullptr; }

@@ -29,8 +29,8 @@ void add_data_file(const fs::path& p, std::vector<fs::path>& out) {
     out.push_back(p);
     return;
   }
-  const char* what = fs::is_directory(st) ? "a folder"
-                     : fs::is_fifo(st)    ? "a FIFO (named pipe)"
+  const char* what = fs::is_directory(st)                                 ? "a folder"
+                     : fs::is_fifo(st)                                    ? "a FIFO (named pipe)"
                      : fs::is_character_file(st) || fs::is_block_file(st) ? "a device"
                      : ec                                                 ? "unreadable"
                                                                           : "not a regular file";

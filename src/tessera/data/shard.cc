@@ -4,8 +4,8 @@
 #include <bit>
 #include <cstring>
 
-#include "tessera/core/error.h"
 #include "tessera/core/crc32c.h"
+#include "tessera/core/error.h"
 
 namespace tessera::data {
 namespace {

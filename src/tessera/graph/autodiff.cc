@@ -3,8 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <map>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "tessera/core/error.h"
@@ -101,8 +101,7 @@ void unalias_inputs_read_later(Graph& g) {
     if (nodes[i].phase != Phase::kBackward) continue;
     for (ValueId out : nodes[i].out) {
       const ValueId over = g.value(out).alias_of;
-      if (over == kNoValue ||
-          std::find(nodes[i].in.begin(), nodes[i].in.end(), over) == nodes[i].in.end())
+      if (over == kNoValue || std::find(nodes[i].in.begin(), nodes[i].in.end(), over) == nodes[i].in.end())
         continue;
       const ValueId root = buffer_root(g, over);
       bool read_later = false;
@@ -123,7 +122,8 @@ ValueId append_backward(Graph& g) {
   b.requires_grad_.assign(g.values().size(), false);
   for (int i = 0; i < fwd_count; ++i) {
     const Node& n = g.nodes()[i];
-    bool any = std::any_of(n.in.begin(), n.in.end(), [&](ValueId v) { return b.is_param(v) || b.requires_grad_[v]; });
+    bool any = std::any_of(n.in.begin(), n.in.end(),
+                           [&](ValueId v) { return b.is_param(v) || b.requires_grad_[v]; });
     for (ValueId o : n.out) b.requires_grad_[o] = any;
   }
   const Value& loss = g.value(g.loss());
@@ -138,7 +138,8 @@ ValueId append_backward(Graph& g) {
     ValueId dy = b.total_grad(f.out[0], f.layer);
     if (dy == kNoValue) continue;
     const OpDef& def = op_def(f.op);
-    TESSERA_CHECK(def.backward != nullptr, ErrorKind::kInternal, "autodiff: no backward rule for {}", def.name);
+    TESSERA_CHECK(def.backward != nullptr, ErrorKind::kInternal, "autodiff: no backward rule for {}",
+                  def.name);
     b.fwd_ = &f;
     def.backward(b, f, dy);
     b.fwd_ = nullptr;
@@ -148,9 +149,15 @@ ValueId append_backward(Graph& g) {
 }
 
 const std::vector<std::string>& remat_policy_names() {
-  static const std::vector<std::string> names = {
-      "none", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
-      "save_dot_except_mlp", "save_qkv_proj", "save_out_proj", "full"};
+  static const std::vector<std::string> names = {"none",
+                                                 "minimal",
+                                                 "minimal_with_context",
+                                                 "save_dot_with_context_except_mlp",
+                                                 "save_dot_except_mlpwi",
+                                                 "save_dot_except_mlp",
+                                                 "save_qkv_proj",
+                                                 "save_out_proj",
+                                                 "full"};
   return names;
 }
 
@@ -163,7 +170,8 @@ std::set<std::string> saved_names(const std::string& policy) {
     return base;
   };
   if (policy == "minimal") return with(qkv, {"out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"});
-  if (policy == "minimal_with_context") return with(qkv, {"out_proj", "mlpwi_0", "mlpwi_1", "mlpwo", "context"});
+  if (policy == "minimal_with_context")
+    return with(qkv, {"out_proj", "mlpwi_0", "mlpwi_1", "mlpwo", "context"});
   if (policy == "save_dot_with_context_except_mlp") return with(qkv, {"out_proj", "context"});
   if (policy == "save_dot_except_mlpwi") return with(qkv, {"out_proj", "mlpwo"});
   if (policy == "save_dot_except_mlp") return with(qkv, {"out_proj"});

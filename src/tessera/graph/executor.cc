@@ -26,7 +26,10 @@ dist::Communicator& tensor_group(dist::Mesh* mesh) {
 
 Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
                    dist::Mesh* mesh)
-    : spec_(spec), ws_(workspace), backend_(backends::backend_for(workspace.device())), rope_(std::move(rope)),
+    : spec_(spec),
+      ws_(workspace),
+      backend_(backends::backend_for(workspace.device())),
+      rope_(std::move(rope)),
       mesh_(mesh) {
   ctx_.graph = &spec_.graph();
   ctx_.ws = &ws_;
@@ -60,7 +63,9 @@ void Executor::zero_grads() {
     }
 }
 
-void Executor::run(const Node& n) { op_def(n.op).run(ctx_, n); }
+void Executor::run(const Node& n) {
+  op_def(n.op).run(ctx_, n);
+}
 
 void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_step) {
   const auto& nodes = spec_.graph().nodes();

@@ -97,7 +97,7 @@ class Executor {
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank
   RunContext ctx_;                   // what the op table's kernel calls read (op_table.h)
-  std::vector<Tensor> grads_;  // every parameter's gradient, for the global-norm clip
+  std::vector<Tensor> grads_;        // every parameter's gradient, for the global-norm clip
   bool profiling_ = false;
   NodeObserver* observer_ = nullptr;
   struct ProfileRow {

@@ -29,8 +29,8 @@ std::string describe_tensor_shard(const Value& v) {
   if (!v.tp.split()) return "";
   const std::string axis =
       v.tp.dim < static_cast<int>(v.logical_axes.size()) ? " (" + v.logical_axes[v.tp.dim] + ")" : "";
-  return fmt::format("tensor slice [{}:{}] of dim {}{} of {}", v.tp.offset, v.tp.offset + v.shape[v.tp.dim], v.tp.dim,
-                     axis, global_shape(v).str());
+  return fmt::format("tensor slice [{}:{}] of dim {}{} of {}", v.tp.offset, v.tp.offset + v.shape[v.tp.dim],
+                     v.tp.dim, axis, global_shape(v).str());
 }
 
 void Graph::set_tensor_parallel(TensorParallel tp) {
@@ -67,8 +67,8 @@ ValueId Graph::input(const std::string& name, Shape shape, DType dtype) {
 }
 
 ValueId Graph::activation(const std::string& name, Shape shape, DType dtype) {
-  return add_value(Value{.name = name, .shape = shape, .dtype = dtype, .kind = ValueKind::kActivation,
-                         .layer = layer_});
+  return add_value(
+      Value{.name = name, .shape = shape, .dtype = dtype, .kind = ValueKind::kActivation, .layer = layer_});
 }
 
 ValueId Graph::compute_view(ValueId param, DType compute_dtype) {
@@ -76,7 +76,9 @@ ValueId Graph::compute_view(ValueId param, DType compute_dtype) {
   TESSERA_ASSERT(p.kind == ValueKind::kParam);
   if (compute_dtype == DType::kF32) return param;
   if (p.compute_copy != kNoValue) return p.compute_copy;
-  Value c{.name = p.name + ".compute", .shape = p.shape, .dtype = compute_dtype,
+  Value c{.name = p.name + ".compute",
+          .shape = p.shape,
+          .dtype = compute_dtype,
           .kind = ValueKind::kParamCompute};
   c.master = param;
   c.tp = p.tp;
@@ -102,7 +104,8 @@ ValueId Graph::add_op(OpKind op, std::vector<ValueId> in, NodeAttrs attrs, const
   n.ckpt_name = ckpt;
   n.phase = phase_;
   n.layer = layer_;
-  for (const OutputSpec& o : def.infer(*this, n)) n.out.push_back(activation(name + o.suffix, o.shape, o.dtype));
+  for (const OutputSpec& o : def.infer(*this, n))
+    n.out.push_back(activation(name + o.suffix, o.shape, o.dtype));
   const ValueId y = n.out[0];
   add_node(std::move(n));
   return y;

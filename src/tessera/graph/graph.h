@@ -66,14 +66,14 @@ struct Value {
   DType dtype = DType::kF32;
   ValueKind kind = ValueKind::kActivation;
   std::vector<std::string> logical_axes{};  // params: one logical axis name per dimension
-  bool weight_decay = true;               // params: false for norms and biases
-  ValueId compute_copy = kNoValue;        // params: their kParamCompute copy, if any
-  ValueId master = kNoValue;              // kParamCompute / kGrad / kOptState: the kParam they serve
-  ValueId grad = kNoValue;                // params: their gradient
-  ValueId alias_of = kNoValue;            // activations that share another's buffer (in-place ops)
-  int producer = -1;                      // index of the node that writes it
-  int layer = -1;                         // decoder layer of the producing node (-1: outside layers)
-  TensorShard tp{};                       // the tensor-parallel shard this value holds (see above)
+  bool weight_decay = true;                 // params: false for norms and biases
+  ValueId compute_copy = kNoValue;          // params: their kParamCompute copy, if any
+  ValueId master = kNoValue;                // kParamCompute / kGrad / kOptState: the kParam they serve
+  ValueId grad = kNoValue;                  // params: their gradient
+  ValueId alias_of = kNoValue;              // activations that share another's buffer (in-place ops)
+  int producer = -1;                        // index of the node that writes it
+  int layer = -1;                           // decoder layer of the producing node (-1: outside layers)
+  TensorShard tp{};                         // the tensor-parallel shard this value holds (see above)
 };
 
 // The shape of the whole tensor a (possibly tensor-parallel) value is a shard of.
@@ -106,14 +106,14 @@ enum class OpKind {
   kVocabCrossEntropy,  // in: logits [N,Vl], targets [N]        out: loss [N], lse [N], stats [2,N]
   // kVocabCrossEntropyBwd: in: logits, targets, lse, dloss       out: dlogits (aliases logits)
   kVocabCrossEntropyBwd,
-  kLayerNorm,          // in: x [N,C], gamma [C], beta [C]      out: y [N,C], mean [N], rstd [N]
-  kLayerNormBwd,       // in: dy, x, gamma, mean, rstd          out: dx, dgamma, dbeta (accumulated)
-  kBiasAdd,            // in: x [N,C], bias [C] (f32)           out: y = x + bias
-  kBiasGrad,           // in: dy [N,C]                          out: dbias (accumulated)
-  kActivation,         // in: x [N,F]                           out: y = act(x)
-  kActivationBwd,      // in: dy, x                             out: dx
-  kAdamW,              // in: param grad m v [compute copy]     (updates in place)
-  kSgd,                // in: param grad [compute copy]         (updates in place)
+  kLayerNorm,      // in: x [N,C], gamma [C], beta [C]      out: y [N,C], mean [N], rstd [N]
+  kLayerNormBwd,   // in: dy, x, gamma, mean, rstd          out: dx, dgamma, dbeta (accumulated)
+  kBiasAdd,        // in: x [N,C], bias [C] (f32)           out: y = x + bias
+  kBiasGrad,       // in: dy [N,C]                          out: dbias (accumulated)
+  kActivation,     // in: x [N,F]                           out: y = act(x)
+  kActivationBwd,  // in: dy, x                             out: dx
+  kAdamW,          // in: param grad m v [compute copy]     (updates in place)
+  kSgd,            // in: param grad [compute copy]         (updates in place)
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSgd) + 1;  // the last kind above, plus one
 
@@ -136,7 +136,7 @@ struct AttentionAttrs {  // q [N, heads*D], k and v [N, kv_heads*D], as [B, T, h
   int64_t sliding_window = 0;  // 0: full causal
 };
 struct ActivationAttrs {  // glu and activation
-  int activation = 0;  // ops::Activation as int
+  int activation = 0;     // ops::Activation as int
 };
 // The vocab-parallel forms hold ids [vocab_offset, vocab_offset + rows) of the V in their shard.
 struct EmbeddingAttrs {
@@ -147,8 +147,8 @@ struct CrossEntropyAttrs {
   float z_loss = 0.0f;
   int64_t vocab_offset = 0, vocab = 0;
 };
-using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
-                               EmbeddingAttrs, CrossEntropyAttrs>;
+using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs,
+                               ActivationAttrs, EmbeddingAttrs, CrossEntropyAttrs>;
 
 struct Node {
   OpKind op;

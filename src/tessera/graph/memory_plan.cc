@@ -52,7 +52,8 @@ MemoryPlan plan_memory(const Graph& g) {
   // Lower bound: bytes live at each node.
   std::vector<size_t> live(std::max(nn, 1), 0);
   for (ValueId v : placed_order)
-    for (int i = life[v].first; i <= life[v].last; ++i) live[i] = checked_add(live[i], life[v].bytes, "live activations");
+    for (int i = life[v].first; i <= life[v].last; ++i)
+      live[i] = checked_add(live[i], life[v].bytes, "live activations");
   auto peak = std::max_element(live.begin(), live.end());
   plan.lower_bound = *peak;
   plan.peak_node = static_cast<int>(peak - live.begin());

@@ -15,10 +15,10 @@
 namespace tessera::graph {
 
 struct MemoryPlan {
-  std::vector<size_t> offset;   // per value; meaningful for kActivation values only
-  size_t arena_bytes = 0;       // the activation arena's size
-  size_t lower_bound = 0;       // max over nodes of the bytes live at that node
-  int peak_node = -1;           // the node where the lower bound is reached
+  std::vector<size_t> offset;  // per value; meaningful for kActivation values only
+  size_t arena_bytes = 0;      // the activation arena's size
+  size_t lower_bound = 0;      // max over nodes of the bytes live at that node
+  int peak_node = -1;          // the node where the lower bound is reached
 };
 
 MemoryPlan plan_memory(const Graph& g);

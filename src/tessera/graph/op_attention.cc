@@ -40,7 +40,9 @@ void rope_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.contribute(f.in[0], dx);
 }
 
-Tensor rope_view(const Tensor& t, const RopeAttrs& a) { return heads_view(t, a.batch, a.seq, a.heads, a.head_dim); }
+Tensor rope_view(const Tensor& t, const RopeAttrs& a) {
+  return heads_view(t, a.batch, a.seq, a.heads, a.head_dim);
+}
 
 void rope_run(const RunContext& c, const Node& n) {
   const RopeAttrs& a = n.attr<RopeAttrs>();
@@ -104,7 +106,9 @@ ops::AttentionOptions attention_options(const RunContext& c, const Node& n, size
   return o;
 }
 
-Tensor q_view(const Tensor& t, const AttentionAttrs& a) { return heads_view(t, a.batch, a.seq, a.heads, a.head_dim); }
+Tensor q_view(const Tensor& t, const AttentionAttrs& a) {
+  return heads_view(t, a.batch, a.seq, a.heads, a.head_dim);
+}
 Tensor kv_view(const Tensor& t, const AttentionAttrs& a) {
   return heads_view(t, a.batch, a.seq, a.kv_heads, a.head_dim);
 }
@@ -117,9 +121,9 @@ void attention_run(const RunContext& c, const Node& n) {
 
 void attention_bwd_run(const RunContext& c, const Node& n) {  // in: do, q, k, v, o, lse [, seg]
   const AttentionAttrs& a = n.attr<AttentionAttrs>();
-  ops::attention_bwd(q_view(c.in(n, 0), a), q_view(c.in(n, 1), a), kv_view(c.in(n, 2), a), kv_view(c.in(n, 3), a),
-                     q_view(c.in(n, 4), a), c.in(n, 5), q_view(c.out(n, 0), a), kv_view(c.out(n, 1), a),
-                     kv_view(c.out(n, 2), a), attention_options(c, n, 6));
+  ops::attention_bwd(q_view(c.in(n, 0), a), q_view(c.in(n, 1), a), kv_view(c.in(n, 2), a),
+                     kv_view(c.in(n, 3), a), q_view(c.in(n, 4), a), c.in(n, 5), q_view(c.out(n, 0), a),
+                     kv_view(c.out(n, 1), a), kv_view(c.out(n, 2), a), attention_options(c, n, 6));
 }
 
 double attention_flops(const Graph&, const Node& n) {
@@ -136,12 +140,23 @@ double attention_bwd_flops(const Graph&, const Node& n) {
 
 std::vector<OpDef> attention_op_defs() {
   return {
-      {.kind = OpKind::kRope, .name = "rope", .infer = rope_infer, .backward = rope_backward, .shard = rope_shard,
+      {.kind = OpKind::kRope,
+       .name = "rope",
+       .infer = rope_infer,
+       .backward = rope_backward,
+       .shard = rope_shard,
        .run = rope_run},
       {.kind = OpKind::kRopeBwd, .name = "rope_bwd", .run = rope_bwd_run},
-      {.kind = OpKind::kAttention, .name = "attention", .infer = attention_infer, .backward = attention_backward,
-       .shard = attention_shard, .run = attention_run, .flops = attention_flops},
-      {.kind = OpKind::kAttentionBwd, .name = "attention_bwd", .run = attention_bwd_run,
+      {.kind = OpKind::kAttention,
+       .name = "attention",
+       .infer = attention_infer,
+       .backward = attention_backward,
+       .shard = attention_shard,
+       .run = attention_run,
+       .flops = attention_flops},
+      {.kind = OpKind::kAttentionBwd,
+       .name = "attention_bwd",
+       .run = attention_bwd_run,
        .flops = attention_bwd_flops},
   };
 }

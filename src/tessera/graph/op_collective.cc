@@ -31,7 +31,9 @@ void tp_copy_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 }
 
 // The identity: nothing to do unless a recomputed copy has its own buffer.
-void tp_copy_run(const RunContext& c, const Node& n) { c.backend->copy(c.out(n, 0), c.in(n, 0)); }
+void tp_copy_run(const RunContext& c, const Node& n) {
+  c.backend->copy(c.out(n, 0), c.in(n, 0));
+}
 
 // ---- tp_all_reduce (g): y = the sum over the tensor axis of x (y may alias x); dx = dy ------------
 // in: x [N, C]; out: y [, scratch f32 [N, C] for bf16]. Reductions run in f32, so a bf16 value is
@@ -64,8 +66,11 @@ NodeTraffic tp_all_reduce_traffic(const Graph& g, const Node& n) {
 std::vector<OpDef> collective_op_defs() {
   return {
       {.kind = OpKind::kTpCopy, .name = "tp_copy", .backward = tp_copy_backward, .run = tp_copy_run},
-      {.kind = OpKind::kTpAllReduce, .name = "tp_all_reduce", .backward = tp_all_reduce_backward,
-       .run = tp_all_reduce_run, .traffic = tp_all_reduce_traffic},
+      {.kind = OpKind::kTpAllReduce,
+       .name = "tp_all_reduce",
+       .backward = tp_all_reduce_backward,
+       .run = tp_all_reduce_run,
+       .traffic = tp_all_reduce_traffic},
   };
 }
 

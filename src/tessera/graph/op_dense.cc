@@ -49,8 +49,8 @@ void matmul_shard(ShardBuilder& sb, Node n) {
   if (bt.split() && bt.dim == b_in) {
     TESSERA_CHECK(
         at.dim == 1 && at.offset == bt.offset && at.global == bt.global, ErrorKind::kConfig,
-        "{}: {} is split over the tensor axis on its input dimension, but {} is not split the same way", n.name,
-        g.value(b).name, g.value(a).name);
+        "{}: {} is split over the tensor axis on its input dimension, but {} is not split the same way",
+        n.name, g.value(b).name, g.value(a).name);
     const std::string name = n.name, ckpt = n.ckpt_name;
     const ValueId partial = n.out[0];
     sb.graph().value(partial).name += ".partial";
@@ -60,8 +60,9 @@ void matmul_shard(ShardBuilder& sb, Node n) {
     sb.replace(partial, sb.all_reduce(partial, name, ckpt));
     return;
   }
-  TESSERA_CHECK(!at.split(), ErrorKind::kConfig, "{}: {} is split over the tensor axis but the weight {} is whole",
-                n.name, g.value(a).name, g.value(b).name);
+  TESSERA_CHECK(!at.split(), ErrorKind::kConfig,
+                "{}: {} is split over the tensor axis but the weight {} is whole", n.name, g.value(a).name,
+                g.value(b).name);
   sb.emit(std::move(n));
 }
 
@@ -76,7 +77,8 @@ void matmul_backward(GradBuilder& gb, const Node& f, ValueId dy) {
     gb.contribute(a, da);
   }
   if (gb.is_param(b)) {  // db += aᵀ·dc, or for op(b) = bᵀ: db += dcᵀ·a
-    Node n = gb.node(OpKind::kMatmul, tb ? std::vector{dy, a} : std::vector{a, dy}, {gb.param_grad(b)}, ".dw");
+    Node n =
+        gb.node(OpKind::kMatmul, tb ? std::vector{dy, a} : std::vector{a, dy}, {gb.param_grad(b)}, ".dw");
     n.attrs = MatmulAttrs{.trans_a = true, .accumulate = true};
     gb.add(std::move(n));
   } else {
@@ -112,15 +114,17 @@ void add_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.contribute(f.in[1], dy);
 }
 
-void add_run(const RunContext& c, const Node& n) { ops::add(c.in(n, 0), c.in(n, 1), c.out(n, 0)); }
+void add_run(const RunContext& c, const Node& n) {
+  ops::add(c.in(n, 0), c.in(n, 1), c.out(n, 0));
+}
 
 // ---- glu: y = act(gate) * up ---------------------------------------------------------------------
 
 std::vector<OutputSpec> glu_infer(const Graph& g, const Node& n) {
   const Value& gate = g.value(n.in[0]);
   const Value& up = g.value(n.in[1]);
-  TESSERA_CHECK_SHAPE(gate.shape == up.shape && gate.dtype == up.dtype, "{}: gate {} and up {} differ", n.name,
-                      gate.shape.str(), up.shape.str());
+  TESSERA_CHECK_SHAPE(gate.shape == up.shape && gate.dtype == up.dtype, "{}: gate {} and up {} differ",
+                      n.name, gate.shape.str(), up.shape.str());
   return {{"", gate.shape, gate.dtype}};
 }
 
@@ -157,8 +161,9 @@ std::vector<OutputSpec> rms_norm_infer(const Graph& g, const Node& n) {
   const Value& gamma = g.value(n.in[1]);
   TESSERA_CHECK_SHAPE(x.shape.rank() == 2, "{}: norm of {}: want [N, C]", n.name, x.shape.str());
   const int64_t w = norm_width(n, x.shape);
-  TESSERA_CHECK_SHAPE(x.shape[1] % w == 0 && gamma.shape == Shape{w}, "{}: norm of {} in groups of {} with scale {}",
-                      n.name, x.shape.str(), w, gamma.shape.str());
+  TESSERA_CHECK_SHAPE(x.shape[1] % w == 0 && gamma.shape == Shape{w},
+                      "{}: norm of {} in groups of {} with scale {}", n.name, x.shape.str(), w,
+                      gamma.shape.str());
   return {{"", x.shape, x.dtype}, {".rstd", Shape{x.shape[0] * (x.shape[1] / w)}, DType::kF32}};
 }
 
@@ -189,12 +194,13 @@ Tensor rows_of(const Tensor& t, const Node& n) {
 }
 
 void rms_norm_run(const RunContext& c, const Node& n) {
-  ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), n.attr<NormAttrs>().eps, rows_of(c.out(n, 0), n), c.out(n, 1));
+  ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), n.attr<NormAttrs>().eps, rows_of(c.out(n, 0), n),
+                   c.out(n, 1));
 }
 
 void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, rstd
-  ops::rmsnorm_bwd(rows_of(c.in(n, 1), n), c.in(n, 2), c.in(n, 3), rows_of(c.in(n, 0), n), rows_of(c.out(n, 0), n),
-                   c.out(n, 1));
+  ops::rmsnorm_bwd(rows_of(c.in(n, 1), n), c.in(n, 2), c.in(n, 3), rows_of(c.in(n, 0), n),
+                   rows_of(c.out(n, 0), n), c.out(n, 1));
 }
 
 // ---- layer_norm: y = (x - mean) * rstd * gamma + beta over each row; mean, rstd [N] kept ----------
@@ -205,7 +211,9 @@ std::vector<OutputSpec> layer_norm_infer(const Graph& g, const Node& n) {
   TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && g.value(n.in[1]).shape == col && g.value(n.in[2]).shape == col,
                       "{}: norm of {} with scale {} and bias {}", n.name, x.shape.str(),
                       g.value(n.in[1]).shape.str(), g.value(n.in[2]).shape.str());
-  return {{"", x.shape, x.dtype}, {".mean", Shape{x.shape[0]}, DType::kF32}, {".rstd", Shape{x.shape[0]}, DType::kF32}};
+  return {{"", x.shape, x.dtype},
+          {".mean", Shape{x.shape[0]}, DType::kF32},
+          {".rstd", Shape{x.shape[0]}, DType::kF32}};
 }
 
 void layer_norm_backward(GradBuilder& gb, const Node& f, ValueId dy) {
@@ -254,8 +262,12 @@ void bias_add_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   if (gb.is_param(f.in[1])) gb.add(gb.node(OpKind::kBiasGrad, {dy}, {gb.param_grad(f.in[1])}, ".dbias"));
 }
 
-void bias_add_run(const RunContext& c, const Node& n) { ops::bias_add(c.in(n, 0), c.in(n, 1), c.out(n, 0)); }
-void bias_grad_run(const RunContext& c, const Node& n) { ops::bias_grad(c.in(n, 0), c.out(n, 0)); }
+void bias_add_run(const RunContext& c, const Node& n) {
+  ops::bias_add(c.in(n, 0), c.in(n, 1), c.out(n, 0));
+}
+void bias_grad_run(const RunContext& c, const Node& n) {
+  ops::bias_grad(c.in(n, 0), c.out(n, 0));
+}
 
 // ---- activation: y = act(x) (the plain MLP) -------------------------------------------------------
 
@@ -270,7 +282,9 @@ void activation_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.contribute(f.in[0], dx);
 }
 
-void activation_run(const RunContext& c, const Node& n) { ops::act_fwd(activation_of(n), c.in(n, 0), c.out(n, 0)); }
+void activation_run(const RunContext& c, const Node& n) {
+  ops::act_fwd(activation_of(n), c.in(n, 0), c.out(n, 0));
+}
 
 void activation_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x
   ops::act_bwd(activation_of(n), c.in(n, 1), c.in(n, 0), c.out(n, 0));
@@ -280,24 +294,52 @@ void activation_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x
 
 std::vector<OpDef> dense_op_defs() {
   return {
-      {.kind = OpKind::kMatmul, .name = "matmul", .infer = matmul_infer, .backward = matmul_backward,
-       .shard = matmul_shard, .run = matmul_run, .flops = matmul_flops},
-      {.kind = OpKind::kAdd, .name = "add", .infer = add_infer, .backward = add_backward,
-       .shard = shard_like_inputs, .run = add_run},
-      {.kind = OpKind::kGlu, .name = "glu", .infer = glu_infer, .backward = glu_backward,
-       .shard = shard_like_inputs, .run = glu_run},
+      {.kind = OpKind::kMatmul,
+       .name = "matmul",
+       .infer = matmul_infer,
+       .backward = matmul_backward,
+       .shard = matmul_shard,
+       .run = matmul_run,
+       .flops = matmul_flops},
+      {.kind = OpKind::kAdd,
+       .name = "add",
+       .infer = add_infer,
+       .backward = add_backward,
+       .shard = shard_like_inputs,
+       .run = add_run},
+      {.kind = OpKind::kGlu,
+       .name = "glu",
+       .infer = glu_infer,
+       .backward = glu_backward,
+       .shard = shard_like_inputs,
+       .run = glu_run},
       {.kind = OpKind::kGluBwd, .name = "glu_bwd", .run = glu_bwd_run},
-      {.kind = OpKind::kRmsNorm, .name = "rms_norm", .infer = rms_norm_infer, .backward = rms_norm_backward,
-       .shard = rms_norm_shard, .run = rms_norm_run},
+      {.kind = OpKind::kRmsNorm,
+       .name = "rms_norm",
+       .infer = rms_norm_infer,
+       .backward = rms_norm_backward,
+       .shard = rms_norm_shard,
+       .run = rms_norm_run},
       {.kind = OpKind::kRmsNormBwd, .name = "rms_norm_bwd", .run = rms_norm_bwd_run},
-      {.kind = OpKind::kLayerNorm, .name = "layer_norm", .infer = layer_norm_infer,
-       .backward = layer_norm_backward, .run = layer_norm_run},
+      {.kind = OpKind::kLayerNorm,
+       .name = "layer_norm",
+       .infer = layer_norm_infer,
+       .backward = layer_norm_backward,
+       .run = layer_norm_run},
       {.kind = OpKind::kLayerNormBwd, .name = "layer_norm_bwd", .run = layer_norm_bwd_run},
-      {.kind = OpKind::kBiasAdd, .name = "bias_add", .infer = bias_add_infer, .backward = bias_add_backward,
-       .shard = bias_add_shard, .run = bias_add_run},
+      {.kind = OpKind::kBiasAdd,
+       .name = "bias_add",
+       .infer = bias_add_infer,
+       .backward = bias_add_backward,
+       .shard = bias_add_shard,
+       .run = bias_add_run},
       {.kind = OpKind::kBiasGrad, .name = "bias_grad", .run = bias_grad_run},
-      {.kind = OpKind::kActivation, .name = "activation", .infer = activation_infer,
-       .backward = activation_backward, .shard = shard_like_inputs, .run = activation_run},
+      {.kind = OpKind::kActivation,
+       .name = "activation",
+       .infer = activation_infer,
+       .backward = activation_backward,
+       .shard = shard_like_inputs,
+       .run = activation_run},
       {.kind = OpKind::kActivationBwd, .name = "activation_bwd", .run = activation_bwd_run},
   };
 }

@@ -36,10 +36,16 @@ const OpDef& op_def(OpKind op) {
   return table[i];
 }
 
-const char* op_name(OpKind op) { return op_def(op).name; }
+const char* op_name(OpKind op) {
+  return op_def(op).name;
+}
 
-const Tensor& RunContext::in(const Node& n, size_t i) const { return ws->view(n.in[i]); }
-const Tensor& RunContext::out(const Node& n, size_t i) const { return ws->view(n.out[i]); }
+const Tensor& RunContext::in(const Node& n, size_t i) const {
+  return ws->view(n.in[i]);
+}
+const Tensor& RunContext::out(const Node& n, size_t i) const {
+  return ws->view(n.out[i]);
+}
 
 double value_bytes(const Graph& g, ValueId v) {
   const Value& val = g.value(v);

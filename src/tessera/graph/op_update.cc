@@ -23,7 +23,8 @@ void adamw_run(const RunContext& c, const Node& n) {
 void sgd_run(const RunContext& c, const Node& n) {
   const ops::SgdHyperparams hp{.lr = c.sgd_lr, .grad_scale = c.grad_scale};
   const Workspace& w = *c.ws;
-  ops::sgd_update(w.opt_view(n.in[0]), w.opt_view(n.in[1]), hp, n.out.empty() ? Tensor() : w.opt_view(n.out[0]));
+  ops::sgd_update(w.opt_view(n.in[0]), w.opt_view(n.in[1]), hp,
+                  n.out.empty() ? Tensor() : w.opt_view(n.out[0]));
 }
 
 }  // namespace

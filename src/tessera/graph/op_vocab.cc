@@ -21,16 +21,20 @@ Tensor ids_of(const RunContext& c, const Node& n) {
   return ids.reshape(Shape{ids.numel()});
 }
 
-ops::VocabShardRange range_of(const EmbeddingAttrs& a) { return {.offset = a.vocab_offset, .vocab = a.vocab}; }
-ops::VocabShardRange range_of(const CrossEntropyAttrs& a) { return {.offset = a.vocab_offset, .vocab = a.vocab}; }
+ops::VocabShardRange range_of(const EmbeddingAttrs& a) {
+  return {.offset = a.vocab_offset, .vocab = a.vocab};
+}
+ops::VocabShardRange range_of(const CrossEntropyAttrs& a) {
+  return {.offset = a.vocab_offset, .vocab = a.vocab};
+}
 
 // ---- embedding: x = table[ids]; in: table [V, E], ids [N]; out: x [N, E] -------------------------
 
 std::vector<OutputSpec> embedding_infer(const Graph& g, const Node& n) {
   const Value& table = g.value(n.in[0]);
   const Value& ids = g.value(n.in[1]);
-  TESSERA_CHECK_SHAPE(table.shape.rank() == 2 && ids.dtype == DType::kI32, "{}: embedding of table {} by ids {}",
-                      n.name, table.shape.str(), ids.shape.str());
+  TESSERA_CHECK_SHAPE(table.shape.rank() == 2 && ids.dtype == DType::kI32,
+                      "{}: embedding of table {} by ids {}", n.name, table.shape.str(), ids.shape.str());
   return {{"", Shape{ids.shape.numel(), table.shape[1]}, n.attr<EmbeddingAttrs>().dtype}};
 }
 
@@ -59,7 +63,9 @@ void embedding_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   gb.add(gb.node(OpKind::kEmbeddingBwd, {dy, f.in[1]}, {gb.param_grad(f.in[0])}, ".bwd"));
 }
 
-void embedding_run(const RunContext& c, const Node& n) { ops::embedding_forward(c.in(n, 0), ids_of(c, n), c.out(n, 0)); }
+void embedding_run(const RunContext& c, const Node& n) {
+  ops::embedding_forward(c.in(n, 0), ids_of(c, n), c.out(n, 0));
+}
 
 void embedding_bwd_run(const RunContext& c, const Node& n) {  // in: dx, ids; out: dtable (accumulated)
   ops::embedding_backward(c.in(n, 0), ids_of(c, n), c.out(n, 0));
@@ -119,7 +125,8 @@ void cross_entropy_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 }
 
 void cross_entropy_run(const RunContext& c, const Node& n) {
-  ops::cross_entropy_forward(c.in(n, 0), c.in(n, 1), c.out(n, 0), c.out(n, 1), n.attr<CrossEntropyAttrs>().z_loss);
+  ops::cross_entropy_forward(c.in(n, 0), c.in(n, 1), c.out(n, 0), c.out(n, 1),
+                             n.attr<CrossEntropyAttrs>().z_loss);
 }
 
 void cross_entropy_bwd_run(const RunContext& c, const Node& n) {  // in: logits, targets, lse, dloss
@@ -145,27 +152,43 @@ void vocab_cross_entropy_bwd_run(const RunContext& c, const Node& n) {  // in: l
 }
 
 NodeTraffic vocab_cross_entropy_traffic(const Graph& g, const Node& n) {
-  return {.bytes = 4.0 * 3 * static_cast<double>(g.value(n.in[0]).shape[0]), .calls = 2};  // max [N], sums [2, N]
+  return {.bytes = 4.0 * 3 * static_cast<double>(g.value(n.in[0]).shape[0]),
+          .calls = 2};  // max [N], sums [2, N]
 }
 
 }  // namespace
 
 std::vector<OpDef> vocab_op_defs() {
   return {
-      {.kind = OpKind::kEmbedding, .name = "embedding", .infer = embedding_infer, .backward = embedding_backward,
-       .shard = embedding_shard, .run = embedding_run},
+      {.kind = OpKind::kEmbedding,
+       .name = "embedding",
+       .infer = embedding_infer,
+       .backward = embedding_backward,
+       .shard = embedding_shard,
+       .run = embedding_run},
       {.kind = OpKind::kEmbeddingBwd, .name = "embedding_bwd", .run = embedding_bwd_run},
-      {.kind = OpKind::kVocabEmbedding, .name = "vocab_embedding", .infer = embedding_infer,
-       .backward = vocab_embedding_backward, .run = vocab_embedding_run},
+      {.kind = OpKind::kVocabEmbedding,
+       .name = "vocab_embedding",
+       .infer = embedding_infer,
+       .backward = vocab_embedding_backward,
+       .run = vocab_embedding_run},
       {.kind = OpKind::kVocabEmbeddingBwd, .name = "vocab_embedding_bwd", .run = vocab_embedding_bwd_run},
-      {.kind = OpKind::kCrossEntropy, .name = "cross_entropy", .infer = cross_entropy_infer,
-       .backward = cross_entropy_backward<OpKind::kCrossEntropyBwd>, .shard = cross_entropy_shard,
+      {.kind = OpKind::kCrossEntropy,
+       .name = "cross_entropy",
+       .infer = cross_entropy_infer,
+       .backward = cross_entropy_backward<OpKind::kCrossEntropyBwd>,
+       .shard = cross_entropy_shard,
        .run = cross_entropy_run},
       {.kind = OpKind::kCrossEntropyBwd, .name = "cross_entropy_bwd", .run = cross_entropy_bwd_run},
-      {.kind = OpKind::kVocabCrossEntropy, .name = "vocab_cross_entropy", .infer = cross_entropy_infer,
-       .backward = cross_entropy_backward<OpKind::kVocabCrossEntropyBwd>, .run = vocab_cross_entropy_run,
+      {.kind = OpKind::kVocabCrossEntropy,
+       .name = "vocab_cross_entropy",
+       .infer = cross_entropy_infer,
+       .backward = cross_entropy_backward<OpKind::kVocabCrossEntropyBwd>,
+       .run = vocab_cross_entropy_run,
        .traffic = vocab_cross_entropy_traffic},
-      {.kind = OpKind::kVocabCrossEntropyBwd, .name = "vocab_cross_entropy_bwd", .run = vocab_cross_entropy_bwd_run},
+      {.kind = OpKind::kVocabCrossEntropyBwd,
+       .name = "vocab_cross_entropy_bwd",
+       .run = vocab_cross_entropy_bwd_run},
   };
 }
 

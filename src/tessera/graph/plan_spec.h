@@ -240,7 +240,6 @@ class PlanSpec {
   FlopReport flops_;
 };
 
-
 // The scratch (bytes) dist/mpi_communicator.cc's non-blocking schedules take for one collective
 // over `ranks` ranks: reduce-scatter and all-reduce hold a receive block of the largest part (and
 // a send block beyond 2 ranks); all-gathers and groups of one rank hold none.

@@ -131,7 +131,9 @@ TensorParallelTraffic tensor_parallel_traffic(const Graph& g) {
   for (const Node& n : g.nodes()) {
     const NodeTraffic c = node_traffic(g, n);
     t.all_reduces += c.calls;
-    (n.phase == Phase::kForward ? t.forward : n.phase == Phase::kRecompute ? t.recompute : t.backward) += c.bytes;
+    (n.phase == Phase::kForward     ? t.forward
+     : n.phase == Phase::kRecompute ? t.recompute
+                                    : t.backward) += c.bytes;
   }
   return t;
 }

@@ -21,14 +21,15 @@ void check_fits_in_memory(const PlanSpec& spec) {
   if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
   const size_t memory = static_cast<size_t>(pages) * static_cast<size_t>(page);
   constexpr double kGiB = double(1 << 30);
-  TESSERA_CHECK(total <= memory, ErrorKind::kConfig,
-                "the plan needs {:.2f} GiB (parameters, gradients and optimizer state {:.2f} GiB: base_emb_dim, "
-                "base_mlp_dim, base_num_decoder_layers, vocab_size, weight_dtype; activations {:.2f} GiB: "
-                "per_device_batch_size, max_target_length, remat_policy; gathered {:.2f} GiB) but this "
-                "machine has {:.2f} GiB of memory; make the model or the batch smaller",
-                static_cast<double>(total) / kGiB, static_cast<double>(persistent) / kGiB,
-                static_cast<double>(activations) / kGiB, static_cast<double>(gathered) / kGiB,
-                static_cast<double>(memory) / kGiB);
+  TESSERA_CHECK(
+      total <= memory, ErrorKind::kConfig,
+      "the plan needs {:.2f} GiB (parameters, gradients and optimizer state {:.2f} GiB: base_emb_dim, "
+      "base_mlp_dim, base_num_decoder_layers, vocab_size, weight_dtype; activations {:.2f} GiB: "
+      "per_device_batch_size, max_target_length, remat_policy; gathered {:.2f} GiB) but this "
+      "machine has {:.2f} GiB of memory; make the model or the batch smaller",
+      static_cast<double>(total) / kGiB, static_cast<double>(persistent) / kGiB,
+      static_cast<double>(activations) / kGiB, static_cast<double>(gathered) / kGiB,
+      static_cast<double>(memory) / kGiB);
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ class Engine {
   // forward step), and writes that position's next-token logits to
   // logits[i * vocab_size() ... (i + 1) * vocab_size()). Throws kShape for a slot that is full
   // (length == max_target_length()) or listed twice.
-  virtual void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) = 0;
+  virtual void decode(std::span<const int> slots, std::span<const int32_t> tokens,
+                      std::span<float> logits) = 0;
 
   // Frees `slot` (its length becomes 0).
   virtual void release(int slot) = 0;

@@ -40,6 +40,7 @@
 #include <cstring>
 #include <limits>
 
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
@@ -54,7 +55,6 @@
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/norm.h"
 #include "tessera/ops/rope.h"
-#include "tessera/backends/cpu/peak.h"
 
 namespace tessera::infer {
 
@@ -492,7 +492,8 @@ void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
   if (s.decoder_block != "llama2" && s.decoder_block != "mistral" && s.decoder_block != "default")
     fail(ErrorKind::kConfig, "decoder_block '{}': the engine runs llama2 and mistral", s.decoder_block);
   if (s.attention_bias || s.attention_out_bias || s.mlp_bias || s.qk_norm)
-    fail(ErrorKind::kConfig, "attention_bias / use_qk_norm: the decoding engine runs Llama's block without "
+    fail(ErrorKind::kConfig,
+         "attention_bias / use_qk_norm: the decoding engine runs Llama's block without "
          "projection biases or QK-norm");
   if (s.dtype != DType::kF32 && s.dtype != DType::kBF16)
     fail(ErrorKind::kConfig, "dtype {}: the engine computes in float32 or bfloat16", dtype_name(s.dtype));

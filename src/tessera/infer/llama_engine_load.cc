@@ -11,10 +11,10 @@
 #include <memory>
 #include <set>
 
+#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/infer/llama_engine.h"
-#include "tessera/checkpoint/checkpoint.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera::infer {
@@ -31,7 +31,8 @@ std::unique_ptr<checkpoint::WholeParameters> open_parameters(const std::string& 
 }
 
 // Every parameter of the model is in `file`, float32, of its shape; nothing else is.
-void check_parameters(const checkpoint::WholeParameters& file, const std::vector<std::pair<std::string, Shape>>& want) {
+void check_parameters(const checkpoint::WholeParameters& file,
+                      const std::vector<std::pair<std::string, Shape>>& want) {
   std::set<std::string> names;
   for (const auto& [name, shape] : want) {
     names.insert(name);

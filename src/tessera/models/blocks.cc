@@ -16,7 +16,9 @@ Blocks::Blocks(graph::Graph& g, const ModelSpec& s) : g_(g), s_(s) {
   in_.segment_ids = g.input("inputs_segmentation", Shape{s.batch, s.seq}, DType::kI32);
 }
 
-ValueId Blocks::w(ValueId param) { return g_.compute_view(param, s_.dtype); }
+ValueId Blocks::w(ValueId param) {
+  return g_.compute_view(param, s_.dtype);
+}
 
 ValueId Blocks::norm(ValueId x, const std::string& name) {
   ValueId gamma = g_.param(name + ".scale", Shape{s_.emb_dim}, {"norm"}, /*weight_decay=*/false);
@@ -27,7 +29,7 @@ ValueId Blocks::norm(ValueId x, const std::string& name) {
 }
 
 Blocks::Dense Blocks::dense(int64_t in, int64_t out, const std::string& in_axis, const std::string& out_axis,
-                           const std::string& name, bool bias) {
+                            const std::string& name, bool bias) {
   Dense d{.name = name, .kernel = g_.param(name + ".kernel", Shape{in, out}, {in_axis, out_axis})};
   if (bias) d.bias = g_.param(name + ".bias", Shape{out}, {out_axis}, /*weight_decay=*/false);
   return d;
@@ -52,7 +54,7 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
   ValueId q = apply(wq, x, "query_proj");  // [N, H*D]
   ValueId k = apply(wk, x, "key_proj");    // [N, K*D]
   ValueId v = apply(wv, x, "value_proj");  // [N, K*D]
-  if (s_.qk_norm) {  // per head over D, scales [D] shared by the heads
+  if (s_.qk_norm) {                        // per head over D, scales [D] shared by the heads
     const auto eps = static_cast<float>(s_.norm_eps);
     ValueId gq = g_.param(p + "query_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
     ValueId gk = g_.param(p + "key_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
@@ -64,8 +66,12 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
     q = g_.rope(q, in_.positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope");
     k = g_.rope(k, in_.positions, B, T, static_cast<int>(K), static_cast<int>(D), p + "key_rope");
   }
-  const graph::AttentionAttrs a{.batch = B, .seq = T, .heads = static_cast<int>(H), .kv_heads = static_cast<int>(K),
-                                .head_dim = static_cast<int>(D), .sliding_window = s_.sliding_window};
+  const graph::AttentionAttrs a{.batch = B,
+                                .seq = T,
+                                .heads = static_cast<int>(H),
+                                .kv_heads = static_cast<int>(K),
+                                .head_dim = static_cast<int>(D),
+                                .sliding_window = s_.sliding_window};
   ValueId o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention");  // [N, H*D]
   return apply(wo, o, "out_proj");                                         // [N, E]
 }
@@ -78,8 +84,8 @@ ValueId Blocks::mlp(ValueId x, const std::string& p) {
     const Dense wi0 = dense(E, F, "embed", "mlp", p + "wi_0", b);
     const Dense wi1 = dense(E, F, "embed", "mlp", p + "wi_1", b);
     const Dense wo = dense(F, E, "mlp", "embed", p + "wo", b);
-    ValueId gate = apply(wi0, x, "mlpwi_0");  // [N, F]
-    ValueId up = apply(wi1, x, "mlpwi_1");    // [N, F]
+    ValueId gate = apply(wi0, x, "mlpwi_0");                                 // [N, F]
+    ValueId up = apply(wi1, x, "mlpwi_1");                                   // [N, F]
     return apply(wo, g_.glu(act, gate, up, p + "glu", "mlp_act"), "mlpwo");  // [N, E]
   }
   const Dense wi = dense(E, F, "embed", "mlp", p + "wi", b);
@@ -93,8 +99,8 @@ ValueId Blocks::embed() {
   ValueId x = g_.embedding(embedding_, in_.tokens, s_.dtype, "decoder.embed");  // [N, E]
   if (s_.trainable_position_size <= 0) return x;
   TESSERA_CHECK(s_.seq <= s_.trainable_position_size, ErrorKind::kConfig,
-                "max_target_length={} is longer than trainable_position_size={}, the learned positions", s_.seq,
-                s_.trainable_position_size);
+                "max_target_length={} is longer than trainable_position_size={}, the learned positions",
+                s_.seq, s_.trainable_position_size);
   ValueId pos = g_.param("decoder.position_embedder.embedding", Shape{s_.trainable_position_size, s_.emb_dim},
                          {"vocab_position", "embed"});
   return g_.add(x, g_.embedding(pos, in_.positions, s_.dtype, "decoder.position_embed"), "decoder.embed_sum");
@@ -106,7 +112,8 @@ void Blocks::logits_and_loss(ValueId x) {
   if (s_.logits_via_embedding) {
     logits = g_.matmul(x, w(embedding_), "decoder.logits", "", /*trans_b=*/true);  // [N, V]
   } else {
-    ValueId wu = g_.param("decoder.logits_dense.kernel", Shape{s_.emb_dim, s_.vocab_size}, {"embed", "vocab"});
+    ValueId wu =
+        g_.param("decoder.logits_dense.kernel", Shape{s_.emb_dim, s_.vocab_size}, {"embed", "vocab"});
     logits = g_.matmul(x, w(wu), "decoder.logits");  // [N, V]
   }
   g_.set_loss(g_.cross_entropy(logits, in_.targets, s_.z_loss, "loss"));

@@ -17,8 +17,8 @@
 namespace tessera::models {
 
 struct Family {
-  std::string_view name;                     // for logs and docs: "llama", "gpt3"
-  std::vector<std::string_view> blocks;      // the decoder_block values it builds
+  std::string_view name;                 // for logs and docs: "llama", "gpt3"
+  std::vector<std::string_view> blocks;  // the decoder_block values it builds
   // Sets the family's block options in `s` from `cfg`; throws kConfig naming a key it cannot honour.
   void (*configure)(ModelSpec& s, const Config& cfg);
   // Builds the forward graph of one micro-step and sets its loss.

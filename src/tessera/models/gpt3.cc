@@ -19,11 +19,15 @@ namespace {
 
 void configure_gpt3(ModelSpec& s, const Config& cfg) {
   if (cfg.mlp_activations.size() != 1)
-    fail(ErrorKind::kConfig, "mlp_activations: the gpt3 block has a plain (non-gated) MLP, one activation such "
-         "as [gelu]; got [{}]", fmt::join(cfg.mlp_activations, ", "));
+    fail(ErrorKind::kConfig,
+         "mlp_activations: the gpt3 block has a plain (non-gated) MLP, one activation such "
+         "as [gelu]; got [{}]",
+         fmt::join(cfg.mlp_activations, ", "));
   if (cfg.trainable_position_size <= 0)
-    fail(ErrorKind::kConfig, "trainable_position_size={}: the gpt3 block learns absolute positions; set it to "
-         "the longest sequence (GPT-2: 1024, GPT-3: 2048)", cfg.trainable_position_size);
+    fail(ErrorKind::kConfig,
+         "trainable_position_size={}: the gpt3 block learns absolute positions; set it to "
+         "the longest sequence (GPT-2: 1024, GPT-3: 2048)",
+         cfg.trainable_position_size);
   s.mlp_activation = cfg.mlp_activations[0];
   s.norm = NormKind::kLayer;
   s.gated_mlp = false;
@@ -51,6 +55,7 @@ DecoderInputs build_gpt3(graph::Graph& g, const ModelSpec& s) {
 
 }  // namespace
 
-const Family kGpt3Family{.name = "gpt3", .blocks = {"gpt3"}, .configure = configure_gpt3, .build = build_gpt3};
+const Family kGpt3Family{
+    .name = "gpt3", .blocks = {"gpt3"}, .configure = configure_gpt3, .build = build_gpt3};
 
 }  // namespace tessera::models

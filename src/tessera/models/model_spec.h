@@ -17,13 +17,13 @@ enum class NormKind { kRms, kLayer };  // RMSNorm, or LayerNorm with a bias
 
 struct ModelSpec {
   std::string decoder_block = "llama2";
-  int64_t emb_dim = 0;              // E
-  int64_t num_query_heads = 0;      // H
-  int64_t num_kv_heads = 0;         // K
-  int64_t head_dim = 0;             // D
-  int64_t mlp_dim = 0;              // F
-  int64_t num_decoder_layers = 0;   // L
-  int64_t vocab_size = 0;           // V
+  int64_t emb_dim = 0;             // E
+  int64_t num_query_heads = 0;     // H
+  int64_t num_kv_heads = 0;        // K
+  int64_t head_dim = 0;            // D
+  int64_t mlp_dim = 0;             // F
+  int64_t num_decoder_layers = 0;  // L
+  int64_t vocab_size = 0;          // V
   double norm_eps = 1e-5;
   bool logits_via_embedding = false;  // tied unembedding
   double rope_theta = 10000.0;

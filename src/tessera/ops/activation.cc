@@ -96,11 +96,11 @@ void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
   check_like("glu_fwd", "out", out, gate, "gate");
   const int64_t f = gate.rank() >= 1 ? gate.dim(-1) : 1;
   backends::GluFwdArgs a{act,
-                    f > 0 ? gate.numel() / f : 0,
-                    f,
-                    rows_of("glu_fwd", "gate", gate),
-                    rows_of("glu_fwd", "up", up),
-                    mut_rows_of("glu_fwd", "out", out)};
+                         f > 0 ? gate.numel() / f : 0,
+                         f,
+                         rows_of("glu_fwd", "gate", gate),
+                         rows_of("glu_fwd", "up", up),
+                         mut_rows_of("glu_fwd", "out", out)};
   if (a.rows == 0 || a.cols == 0) return;
   const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_fwd_f32 : k.glu_fwd_bf16)(a);
@@ -115,13 +115,13 @@ void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
   check_like("glu_bwd", "dup", dup, gate, "gate");
   const int64_t f = gate.rank() >= 1 ? gate.dim(-1) : 1;
   backends::GluBwdArgs a{act,
-                    f > 0 ? gate.numel() / f : 0,
-                    f,
-                    rows_of("glu_bwd", "gate", gate),
-                    rows_of("glu_bwd", "up", up),
-                    rows_of("glu_bwd", "dout", dout),
-                    mut_rows_of("glu_bwd", "dgate", dgate),
-                    mut_rows_of("glu_bwd", "dup", dup)};
+                         f > 0 ? gate.numel() / f : 0,
+                         f,
+                         rows_of("glu_bwd", "gate", gate),
+                         rows_of("glu_bwd", "up", up),
+                         rows_of("glu_bwd", "dout", dout),
+                         mut_rows_of("glu_bwd", "dgate", dgate),
+                         mut_rows_of("glu_bwd", "dup", dup)};
   if (a.rows == 0 || a.cols == 0) return;
   const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_bwd_f32 : k.glu_bwd_bf16)(a);

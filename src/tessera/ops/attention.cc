@@ -22,7 +22,7 @@ void check_activation(const char* op, const char* name, const Tensor& t, int64_t
 
 // Checks q, k, v, lse and the options; returns the kernel's problem description.
 backends::AttentionProblem check_problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& lse, const AttentionOptions& opt) {
+                                         const Tensor& lse, const AttentionOptions& opt) {
   TESSERA_CHECK_SHAPE(q.rank() == 4, "{}: q must be [B, T, H, D], got {}", op, q.shape().str());
   TESSERA_CHECK_SHAPE(q.dtype() == DType::kF32 || q.dtype() == DType::kBF16,
                       "{}: q must be float32 or bfloat16, got {}", op, dtype_name(q.dtype()));
@@ -56,18 +56,18 @@ backends::AttentionProblem check_problem(const char* op, const Tensor& q, const 
                         "{}: segment_ids must be contiguous int32 [{}, {}], got {}", op, B, T, seg.str());
   }
   return backends::AttentionProblem{B,
-                               T,
-                               H,
-                               Hkv,
-                               D,
-                               q.dtype() == DType::kBF16,
-                               opt.causal,
-                               scale,
-                               opt.sliding_window < T ? opt.sliding_window : 0,  // W >= T hides nothing
-                               opt.logits_soft_cap,
-                               seg.defined() ? seg.ptr<int32_t>() : nullptr,
-                               opt.block_q,
-                               opt.block_k};
+                                    T,
+                                    H,
+                                    Hkv,
+                                    D,
+                                    q.dtype() == DType::kBF16,
+                                    opt.causal,
+                                    scale,
+                                    opt.sliding_window < T ? opt.sliding_window : 0,  // W >= T hides nothing
+                                    opt.logits_soft_cap,
+                                    seg.defined() ? seg.ptr<int32_t>() : nullptr,
+                                    opt.block_q,
+                                    opt.block_k};
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   check_activation(op, "dv", dv, p.B, p.T, p.Hkv, p.D, q.dtype());
   if (p.B == 0 || p.T == 0) return;
   backends::kernels_for(dout).attention->backward(p, dout.data(), q.data(), k.data(), v.data(), out.data(),
-                                    lse.ptr<float>(), dq.data(), dk.data(), dv.data());
+                                                  lse.ptr<float>(), dq.data(), dk.data(), dv.data());
 }
 
 double attention_fwd_flops(int64_t B, int64_t T, int64_t H, int64_t D, int64_t window, bool causal) {
@@ -176,9 +176,10 @@ void attention_ref(const AttentionDims& d, const AttentionOptions& opt, const st
 // through the cap, d(scale q.k_j) = ds_j (1 - t_j^2); then dq = scale sum_j ds_j k_j,
 // dk_j += scale ds_j q, dv_j += p_j dout.
 void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, const std::vector<double>& dout,
-                       const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                       std::vector<double>* dq, std::vector<double>* dk, std::vector<double>* dv,
-                       std::vector<double>* dq_terms, std::vector<double>* dk_terms) {
+                       const std::vector<double>& q, const std::vector<double>& k,
+                       const std::vector<double>& v, std::vector<double>* dq, std::vector<double>* dk,
+                       std::vector<double>* dv, std::vector<double>* dq_terms,
+                       std::vector<double>* dk_terms) {
   dq->assign(d.B * d.T * d.H * d.D, 0.0);
   dk->assign(d.B * d.T * d.Hkv * d.D, 0.0);
   dv->assign(d.B * d.T * d.Hkv * d.D, 0.0);

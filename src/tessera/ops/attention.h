@@ -93,7 +93,7 @@ void attention_ref(const AttentionDims& dims, const AttentionOptions& opt, const
 void attention_bwd_ref(const AttentionDims& dims, const AttentionOptions& opt,
                        const std::vector<double>& dout, const std::vector<double>& q,
                        const std::vector<double>& k, const std::vector<double>& v, std::vector<double>* dq,
-                       std::vector<double>* dk, std::vector<double>* dv, std::vector<double>* dq_terms = nullptr,
-                       std::vector<double>* dk_terms = nullptr);
+                       std::vector<double>* dk, std::vector<double>* dv,
+                       std::vector<double>* dq_terms = nullptr, std::vector<double>* dk_terms = nullptr);
 
 }  // namespace tessera::ops

@@ -1,5 +1,5 @@
-// Cross-entropy op entries: argument checks, dispatch to the device's cross-entropy kernels (backends/kernels.h), the mean
-// helper, cost counts and the double references.
+// Cross-entropy op entries: argument checks, dispatch to the device's cross-entropy kernels
+// (backends/kernels.h), the mean helper, cost counts and the double references.
 #include "tessera/ops/cross_entropy.h"
 
 #include <algorithm>
@@ -15,8 +15,9 @@ namespace {
 
 // Checks logits [N, V] (f32|bf16, contiguous), targets int32 [N] with every t < V, and each f32 [N]
 // vector in `rows`; returns the kernel's view of the problem.
-backends::CrossEntropyRows check_rows(const char* op, const Tensor& logits, const Tensor& targets, float z_loss,
-                                 std::initializer_list<std::pair<const char*, const Tensor*>> rows) {
+backends::CrossEntropyRows check_rows(const char* op, const Tensor& logits, const Tensor& targets,
+                                      float z_loss,
+                                      std::initializer_list<std::pair<const char*, const Tensor*>> rows) {
   TESSERA_CHECK_SHAPE(logits.rank() == 2 && logits.is_contiguous(),
                       "{}: logits must be a contiguous [N, V] tensor, got {}", op, logits.str());
   TESSERA_CHECK_SHAPE(logits.dtype() == DType::kF32 || logits.dtype() == DType::kBF16,
@@ -59,7 +60,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const char* d0 = static_cast<const char*>(dlogits.data());
   TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
                       "cross_entropy_backward: dlogits overlaps the logits without being the same tensor");
-  backends::kernels_for(logits).cross_entropy->backward(rows, lse.ptr<float>(), dloss.ptr<float>(), dlogits.data());
+  backends::kernels_for(logits).cross_entropy->backward(rows, lse.ptr<float>(), dloss.ptr<float>(),
+                                                        dlogits.data());
 }
 
 MeanLoss cross_entropy_mean(const Tensor& loss, const Tensor& targets) {

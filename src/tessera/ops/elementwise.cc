@@ -6,11 +6,12 @@
 namespace tessera::ops {
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  TESSERA_CHECK_SHAPE(a.shape() == b.shape() && a.shape() == out.shape(), "add: shapes differ: a {}, b {}, out {}",
-                      a.str(), b.str(), out.str());
-  TESSERA_CHECK_SHAPE(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "add: dtypes differ: a {}, b {}, out {}",
-                      a.str(), b.str(), out.str());
-  TESSERA_CHECK_SHAPE(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(), "add: tensors must be contiguous");
+  TESSERA_CHECK_SHAPE(a.shape() == b.shape() && a.shape() == out.shape(),
+                      "add: shapes differ: a {}, b {}, out {}", a.str(), b.str(), out.str());
+  TESSERA_CHECK_SHAPE(a.dtype() == b.dtype() && a.dtype() == out.dtype(),
+                      "add: dtypes differ: a {}, b {}, out {}", a.str(), b.str(), out.str());
+  TESSERA_CHECK_SHAPE(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+                      "add: tensors must be contiguous");
   const auto& k = *backends::kernels_for(a).vector;
   if (a.dtype() == DType::kF32) {
     k.add_f32(a.ptr<float>(), b.ptr<float>(), out.ptr<float>(), a.numel());
@@ -26,14 +27,15 @@ namespace {
 // [N, C] activations of one dtype and an f32 [C] vector, all contiguous.
 void check_rows_and_bias(const char* op, const Tensor& x, const Tensor& bias, const Tensor& y) {
   TESSERA_CHECK_SHAPE(x.shape().rank() == 2 && y.shape() == x.shape() && bias.shape() == Shape{x.shape()[1]},
-                      "{}: want x [N, C], bias [C], y like x; got x {}, bias {}, y {}", op, x.str(), bias.str(),
-                      y.str());
-  TESSERA_CHECK_SHAPE(x.dtype() == y.dtype() && (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) &&
-                          bias.dtype() == DType::kF32,
-                      "{}: want x and y of one dtype (float32 or bfloat16) and a float32 bias; got x {}, bias {}, y {}",
-                      op, x.str(), bias.str(), y.str());
-  TESSERA_CHECK_SHAPE(x.is_contiguous() && bias.is_contiguous() && y.is_contiguous(), "{}: tensors must be contiguous",
-                      op);
+                      "{}: want x [N, C], bias [C], y like x; got x {}, bias {}, y {}", op, x.str(),
+                      bias.str(), y.str());
+  TESSERA_CHECK_SHAPE(
+      x.dtype() == y.dtype() && (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) &&
+          bias.dtype() == DType::kF32,
+      "{}: want x and y of one dtype (float32 or bfloat16) and a float32 bias; got x {}, bias {}, y {}", op,
+      x.str(), bias.str(), y.str());
+  TESSERA_CHECK_SHAPE(x.is_contiguous() && bias.is_contiguous() && y.is_contiguous(),
+                      "{}: tensors must be contiguous", op);
 }
 
 }  // namespace

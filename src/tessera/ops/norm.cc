@@ -47,7 +47,8 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& 
   check_f32_vec("rmsnorm_fwd", "rstd", rstd, n, "N");
   TESSERA_CHECK_SHAPE(eps >= 0, "rmsnorm_fwd: eps must be >= 0, got {}", eps);
   if (n == 0) return;
-  backends::NormFwdArgs a{x.data(), gamma.ptr<float>(), nullptr, eps, y.data(), nullptr, rstd.ptr<float>(), n, c};
+  backends::NormFwdArgs a{x.data(), gamma.ptr<float>(), nullptr, eps, y.data(),
+                          nullptr,  rstd.ptr<float>(),  n,       c};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_fwd_f32 : k.rmsnorm_fwd_bf16)(a);
 }
@@ -62,15 +63,15 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const
   check_f32_vec("rmsnorm_bwd", "dgamma", dgamma, c, "C");
   if (n == 0) return;
   backends::NormBwdArgs a{x.data(),
-                     gamma.ptr<float>(),
-                     nullptr,
-                     rstd.ptr<float>(),
-                     dy.data(),
-                     dx.data(),
-                     dgamma.ptr<float>(),
-                     nullptr,
-                     n,
-                     c};
+                          gamma.ptr<float>(),
+                          nullptr,
+                          rstd.ptr<float>(),
+                          dy.data(),
+                          dx.data(),
+                          dgamma.ptr<float>(),
+                          nullptr,
+                          n,
+                          c};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_bwd_f32 : k.rmsnorm_bwd_bf16)(a);
 }
@@ -86,14 +87,14 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, flo
   TESSERA_CHECK_SHAPE(eps >= 0, "layernorm_fwd: eps must be >= 0, got {}", eps);
   if (n == 0) return;
   backends::NormFwdArgs a{x.data(),
-                     gamma.ptr<float>(),
-                     beta.defined() ? beta.ptr<float>() : nullptr,
-                     eps,
-                     y.data(),
-                     mean.ptr<float>(),
-                     rstd.ptr<float>(),
-                     n,
-                     c};
+                          gamma.ptr<float>(),
+                          beta.defined() ? beta.ptr<float>() : nullptr,
+                          eps,
+                          y.data(),
+                          mean.ptr<float>(),
+                          rstd.ptr<float>(),
+                          n,
+                          c};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.layernorm_fwd_f32 : k.layernorm_fwd_bf16)(a);
 }
@@ -110,15 +111,15 @@ void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, con
   if (dbeta.defined()) check_f32_vec("layernorm_bwd", "dbeta", dbeta, c, "C");
   if (n == 0) return;
   backends::NormBwdArgs a{x.data(),
-                     gamma.ptr<float>(),
-                     mean.ptr<float>(),
-                     rstd.ptr<float>(),
-                     dy.data(),
-                     dx.data(),
-                     dgamma.ptr<float>(),
-                     dbeta.defined() ? dbeta.ptr<float>() : nullptr,
-                     n,
-                     c};
+                          gamma.ptr<float>(),
+                          mean.ptr<float>(),
+                          rstd.ptr<float>(),
+                          dy.data(),
+                          dx.data(),
+                          dgamma.ptr<float>(),
+                          dbeta.defined() ? dbeta.ptr<float>() : nullptr,
+                          n,
+                          c};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.layernorm_bwd_f32 : k.layernorm_bwd_bf16)(a);
 }

@@ -45,16 +45,16 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, cons
   const double t = static_cast<double>(hp.step);
   const double bc1 = 1.0 - std::pow(hp.b1, t), bc2 = 1.0 - std::pow(hp.b2, t);
   const backends::AdamWScalars s = {.grad_scale = static_cast<float>(hp.grad_scale),
-                               .decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay),
-                               .b1 = static_cast<float>(hp.b1),
-                               .one_minus_b1 = static_cast<float>(1.0 - hp.b1),
-                               .b2 = static_cast<float>(hp.b2),
-                               .one_minus_b2 = static_cast<float>(1.0 - hp.b2),
-                               .inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2)),
-                               .eps = static_cast<float>(hp.eps),
-                               .step_size = static_cast<float>(hp.lr / bc1)};
-  backends::kernels_for(param).optimizer->adamw(s, param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
-                                 copy, n);
+                                    .decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay),
+                                    .b1 = static_cast<float>(hp.b1),
+                                    .one_minus_b1 = static_cast<float>(1.0 - hp.b1),
+                                    .b2 = static_cast<float>(hp.b2),
+                                    .one_minus_b2 = static_cast<float>(1.0 - hp.b2),
+                                    .inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2)),
+                                    .eps = static_cast<float>(hp.eps),
+                                    .step_size = static_cast<float>(hp.lr / bc1)};
+  backends::kernels_for(param).optimizer->adamw(s, param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(),
+                                                v.ptr<float>(), copy, n);
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const SgdHyperparams& hp, const Tensor& param_bf16) {
@@ -64,7 +64,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const SgdHyperparams& h
   check_f32(op, "grad", grad, n);
   uint16_t* copy = check_copy(op, param_bf16, n);
   backends::kernels_for(param).optimizer->sgd(static_cast<float>(hp.lr), static_cast<float>(hp.grad_scale),
-                               param.ptr<float>(), grad.ptr<float>(), copy, n);
+                                              param.ptr<float>(), grad.ptr<float>(), copy, n);
 }
 
 double global_norm(std::span<const Tensor> grads) {

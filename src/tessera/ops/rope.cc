@@ -77,8 +77,9 @@ int64_t check_rope(const char* op, const char* xn, const Tensor& x, const Tensor
 void run_rope(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeLayout layout,
               const Tensor& y, int64_t tokens, bool inverse) {
   if (tokens == 0) return;
-  backends::RopeArgs a{x.data(),  y.data(),  positions.ptr<int32_t>(),           table.cos(), table.sin(), tokens,
-                  x.dim(-2), x.dim(-1), layout == RopeLayout::kInterleaved, inverse};
+  backends::RopeArgs a{
+      x.data(),  y.data(),  positions.ptr<int32_t>(),           table.cos(), table.sin(), tokens,
+      x.dim(-2), x.dim(-1), layout == RopeLayout::kInterleaved, inverse};
   const auto& k = *backends::kernels_for(x).rope;
   (x.dtype() == DType::kF32 ? k.rope_f32 : k.rope_bf16)(a);
 }

@@ -21,7 +21,7 @@ bool is_float(DType d) {
 // Checks the shard [offset, offset + vocab_local) against V, and ids int32 [n] each in [lo, V)
 // (lo = 0 for token ids; targets may be negative: ignored). Returns the kernel's view.
 backends::VocabShard check_shard(const char* op, const char* what, const Tensor& ids, int64_t n,
-                            int64_t vocab_local, VocabShardRange r, bool allow_negative) {
+                                 int64_t vocab_local, VocabShardRange r, bool allow_negative) {
   TESSERA_CHECK_SHAPE(r.offset >= 0 && vocab_local >= 1 && r.offset + vocab_local <= r.vocab,
                       "{}: the shard [{}, {}) does not lie in a vocabulary of {}", op, r.offset,
                       r.offset + vocab_local, r.vocab);
@@ -65,7 +65,8 @@ void vocab_embedding_forward(const Tensor& table, const Tensor& ids, VocabShardR
   TESSERA_CHECK_SHAPE(out.rank() == 2 && out.dim(1) == c && is_float(out.dtype()) && out.is_contiguous(),
                       "{}: out must be a contiguous float32 or bfloat16 [N, {}], got {}", op, c, out.str());
   const auto s = check_shard(op, "ids", ids, out.dim(0), table.dim(0), r, false);
-  backends::kernels_for(table).vocab_parallel->embedding_forward(s, c, table.data(), table.dtype(), out.data(), out.dtype());
+  backends::kernels_for(table).vocab_parallel->embedding_forward(s, c, table.data(), table.dtype(),
+                                                                 out.data(), out.dtype());
 }
 
 void vocab_embedding_backward(const Tensor& dout, const Tensor& ids, VocabShardRange r,
@@ -77,7 +78,8 @@ void vocab_embedding_backward(const Tensor& dout, const Tensor& ids, VocabShardR
   TESSERA_CHECK_SHAPE(dout.rank() == 2 && dout.dim(1) == c && is_float(dout.dtype()) && dout.is_contiguous(),
                       "{}: dout must be a contiguous float32 or bfloat16 [N, {}], got {}", op, c, dout.str());
   const auto s = check_shard(op, "ids", ids, dout.dim(0), dtable.dim(0), r, false);
-  backends::kernels_for(dout).vocab_parallel->embedding_backward(s, c, dout.data(), dout.dtype(), dtable.ptr<float>());
+  backends::kernels_for(dout).vocab_parallel->embedding_backward(s, c, dout.data(), dout.dtype(),
+                                                                 dtable.ptr<float>());
 }
 
 void vocab_cross_entropy_partials(const Tensor& logits, const Tensor& targets, VocabShardRange r,
@@ -156,9 +158,9 @@ void vocab_cross_entropy_backward(const Tensor& logits, const Tensor& targets, V
   const char* d0 = static_cast<const char*>(dlogits.data());
   TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
                       "{}: dlogits overlaps the logits without being the same tensor", op);
-  backends::kernels_for(logits).vocab_parallel->cross_entropy_backward(s, logits.data(), logits.dtype() == DType::kBF16,
-                                                       z_loss, lse.ptr<float>(), dloss.ptr<float>(),
-                                                       dlogits.data());
+  backends::kernels_for(logits).vocab_parallel->cross_entropy_backward(
+      s, logits.data(), logits.dtype() == DType::kBF16, z_loss, lse.ptr<float>(), dloss.ptr<float>(),
+      dlogits.data());
 }
 
 void vocab_embedding_forward_ref(const std::vector<double>& table, const std::vector<int32_t>& ids, int64_t c,

@@ -2,8 +2,6 @@
 // collective finish of sharded saves. The format itself is checkpoint/checkpoint.h.
 #include "tessera/train/checkpointer.h"
 
-#include "tessera/train/diagnostics.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 #include "tessera/models/init.h"
+#include "tessera/train/diagnostics.h"
 
 namespace tessera::train {
 

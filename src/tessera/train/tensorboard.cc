@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "tessera/core/error.h"
 #include "tessera/core/crc32c.h"
+#include "tessera/core/error.h"
 
 namespace tessera::train {
 

@@ -127,13 +127,14 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       .max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
   if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
   exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc), mesh_);
-  diag_ = std::make_unique<Diagnostics>(cfg_, plan_->spec().graph(), mesh_->world().rank(), mesh_->world().size(),
-                                        log_);
+  diag_ = std::make_unique<Diagnostics>(cfg_, plan_->spec().graph(), mesh_->world().rank(),
+                                        mesh_->world().size(), log_);
   exec_->set_observer(diag_.get());
   // A run that will load its parameters (its own checkpoint, or a load path) skips the init: the
   // load overwrites every parameter, and a failed load stops the run.
-  const bool will_load = (cfg.enable_checkpointing && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg)).empty()) ||
-                         !cfg.load_parameters_path.empty() || !cfg.load_full_state_path.empty();
+  const bool will_load =
+      (cfg.enable_checkpointing && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg)).empty()) ||
+      !cfg.load_parameters_path.empty() || !cfg.load_full_state_path.empty();
   const auto t_init = Clock::now();
   if (!will_load) models::init_params(*plan_, static_cast<uint64_t>(cfg.init_weights_seed));
   const double init_seconds = since(t_init);
@@ -246,16 +247,19 @@ void Trainer::restore_state() {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *plan_, log_, mesh_);
     info = checkpointer_->restore_latest();
     what = "resumed from checkpoint";
-  } else if (!cfg_.run_name.empty() && !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg_)).empty()) {
+  } else if (!cfg_.run_name.empty() &&
+             !checkpoint::list_checkpoints(checkpoint::checkpoint_root(cfg_)).empty()) {
     log_ << fmt::format(
         "note: {} holds checkpoints, but enable_checkpointing=false: not resuming from them\n",
         checkpoint::checkpoint_root(cfg_).string());
   }
   if (!info && !cfg_.load_parameters_path.empty()) {
-    info = checkpoint::restore_checkpoint(*plan_, cfg_.load_parameters_path, checkpoint::RestoreKind::kParams);
+    info =
+        checkpoint::restore_checkpoint(*plan_, cfg_.load_parameters_path, checkpoint::RestoreKind::kParams);
     what = "parameters loaded (optimizer state fresh) from";
   } else if (!info && !cfg_.load_full_state_path.empty()) {
-    info = checkpoint::restore_checkpoint(*plan_, cfg_.load_full_state_path, checkpoint::RestoreKind::kFullState);
+    info = checkpoint::restore_checkpoint(*plan_, cfg_.load_full_state_path,
+                                          checkpoint::RestoreKind::kFullState);
     what = "full state loaded from";
   }
   // Every rank must have restored the same step (they read the same folder; a rank that saw

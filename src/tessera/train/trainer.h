@@ -30,6 +30,7 @@
 #include <ostream>
 #include <vector>
 
+#include "tessera/backends/backend.h"
 #include "tessera/config/config.h"
 #include "tessera/data/iterator.h"
 #include "tessera/dist/mesh.h"
@@ -38,7 +39,6 @@
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/diagnostics.h"
 #include "tessera/train/metrics_writer.h"
-#include "tessera/backends/backend.h"
 #include "tessera/train/schedule.h"
 #include "tessera/train/tensorboard.h"
 
@@ -109,7 +109,7 @@ class Trainer {
   models::DecoderInputs inputs_;
   std::unique_ptr<graph::Plan> plan_;
   std::unique_ptr<graph::Executor> exec_;
-  std::unique_ptr<Diagnostics> diag_;  // stack traces, hang watchdog, trace profiler, goodput
+  std::unique_ptr<Diagnostics> diag_;             // stack traces, hang watchdog, trace profiler, goodput
   std::chrono::steady_clock::time_point run_t0_;  // the trainer's construction: goodput's wall time
   LrSchedule schedule_;
   backends::DevicePeak peak_;

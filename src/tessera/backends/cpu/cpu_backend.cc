@@ -31,13 +31,13 @@ namespace {
 constexpr backends::GemmKernels kOnednnGemm{.gemm = onednn_matmul};
 
 // The tables of one ISA's kernel build (isa_dispatch.h); GEMM is oneDNN's on every ISA.
-#define TESSERA_CPU_KERNEL_TABLES(ns)                                                                     \
-  backends::KernelTables {                                                                              \
-    .activation = &ns::kActivationKernels, .attention = &ns::kAttentionKernels,                         \
-    .cross_entropy = &ns::kCrossEntropyKernels, .decode_attention = &ns::kDecodeAttentionKernels,       \
-    .embedding = &ns::kEmbeddingKernels, .gemm = &kOnednnGemm, .gemv = &ns::kGemvKernels,                \
-    .norm = &ns::kNormKernels, .optimizer = &ns::kOptimizerKernels, .rope = &ns::kRopeKernels,          \
-    .vector = &ns::kVectorKernels, .vocab_parallel = &ns::kVocabParallelKernels                         \
+#define TESSERA_CPU_KERNEL_TABLES(ns)                                                             \
+  backends::KernelTables {                                                                        \
+    .activation = &ns::kActivationKernels, .attention = &ns::kAttentionKernels,                   \
+    .cross_entropy = &ns::kCrossEntropyKernels, .decode_attention = &ns::kDecodeAttentionKernels, \
+    .embedding = &ns::kEmbeddingKernels, .gemm = &kOnednnGemm, .gemv = &ns::kGemvKernels,         \
+    .norm = &ns::kNormKernels, .optimizer = &ns::kOptimizerKernels, .rope = &ns::kRopeKernels,    \
+    .vector = &ns::kVectorKernels, .vocab_parallel = &ns::kVocabParallelKernels                   \
   }
 
 const backends::KernelTables& tables_for(Isa isa) {

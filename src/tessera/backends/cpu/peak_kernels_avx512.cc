@@ -26,7 +26,8 @@ double dot_bf16(int64_t iters, float* sink) {
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3380);  // bf16 ~6e-8
   for (int64_t i = 0; i < iters; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);  // acc += a0*b0 + a1*b1 per lane
+    for (int c = 0; c < kChains; ++c)
+      acc[c] = _mm512_dpbf16_ps(acc[c], a, b);  // acc += a0*b0 + a1*b1 per lane
   __m512 s = acc[0];
   for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
   *sink = _mm512_reduce_add_ps(s);
