@@ -1,6 +1,6 @@
 // The Llama engine against the training graph's forward pass: for a sequence of T tokens, the
 // logits the engine returns from prefill (the last prompt row) and from each decode step equal the
-// logits a full forward of the training Plan (models/llama.h, forward only, no cache) computes at
+// logits a full forward of the training Plan (models/llama.cc, forward only, no cache) computes at
 // that position. Covered: GQA (4 query / 2 kv heads), a sliding window, tied embeddings, Llama 3.1
 // RoPE scaling, a prompt long enough for the oneDNN chunks, several slots of different lengths
 // decoding together (bitwise equal to decoding them one at a time), slot reuse after release, a

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "tessera/core/error.h"
-#include "tessera/models/llama.h"
+#include "tessera/models/decoder.h"
 #include "tessera/models/tensor_parallel.h"
 
 namespace tessera::compile {
@@ -54,7 +54,7 @@ RankPlan build_rank_plan(const Config& cfg, const dist::MeshSizes& coords) {
          cfg.micro_batch_size_to_train_on, readers);
   spec.batch = cfg.micro_batch_size_to_train_on / readers;
   graph::Graph g;
-  models::build_llama(g, spec);
+  models::build_decoder(g, spec);
   graph::PlanOptions po;
   po.remat_policy = cfg.remat_policy;
   po.optimizer = cfg.opt_type == "sgd" ? graph::OptimizerKind::kSgd : graph::OptimizerKind::kAdamW;

@@ -1,4 +1,4 @@
-// The CPU Engine for the Llama family (llama_engine.h): the decoder of models/llama.h run on a KV
+// The CPU Engine for the Llama family (llama_engine.h): the decoder of models/llama.cc run on a KV
 // cache, one call per prefill or decode step. Loading from a checkpoint is in
 // llama_engine_load.cc; this file holds the engine and make_engine(spec, options, params).
 //
@@ -522,7 +522,7 @@ void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::ModelSpec& spec) {
-  // The training graph's parameter list (models/llama.h), built for one token: the engine reads
+  // The training graph's parameter list (models/llama.cc through models/decoder.h), built for one token: the engine reads
   // exactly what training writes.
   models::ModelSpec one = spec;
   one.batch = 1;

@@ -28,7 +28,7 @@ struct EngineOptions {
 std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& options);
 
 // The parameters the engine reads, by Tessera name, with their shapes as a checkpoint stores them
-// (kernels [in, out]): the same list as the training graph's (models/llama.h).
+// (kernels [in, out]): the same list as the training graph's (models/llama.cc through models/decoder.h).
 std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::ModelSpec& spec);
 
 // A parameter by Tessera name: an f32 tensor of its checkpoint shape, read before the next call.
