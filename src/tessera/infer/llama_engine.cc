@@ -522,8 +522,8 @@ void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::ModelSpec& spec) {
-  // The training graph's parameter list (models/llama.cc through models/decoder.h), built for one token: the engine reads
-  // exactly what training writes.
+  // The training graph's parameter list (models/llama.cc through models/decoder.h), built for one token: the
+  // engine reads exactly what training writes.
   models::ModelSpec one = spec;
   one.batch = 1;
   one.seq = 1;
