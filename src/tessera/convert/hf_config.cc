@@ -257,6 +257,9 @@ HfLlamaConfig hf_config_from_tessera(const Config& cfg) {
   const bool mistral = cfg.decoder_block == "mistral";
   if (!mistral && cfg.decoder_block != "llama2" && cfg.decoder_block != "default")
     refuse(fmt::format("decoder_block={} (converted: llama2, mistral)", cfg.decoder_block));
+  if (cfg.attention_bias)
+    refuse("attention_bias=true (the converter maps Llama's projections without biases)");
+  if (cfg.use_qk_norm) refuse("use_qk_norm=true (the converter maps Llama's attention without QK-norm)");
   if (cfg.mlp_activations != std::vector<std::string>{"silu", "linear"})
     refuse(fmt::format("mlp_activations=[{}] (converted: [silu, linear])",
                        fmt::join(cfg.mlp_activations, ", ")));
