@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
@@ -117,19 +118,7 @@ struct Model {
       for (int64_t i = 0; i < dst.numel(); ++i) dst.ptr<float>()[i] = static_cast<float>(v[i]);
     }
     models::sync_compute_copies(*plan);
-    const Tensor inputs = g.file.get("inputs"), targets = g.file.get("targets");
-    std::memcpy(plan->view(in.tokens).data(), inputs.data(), inputs.nbytes());
-    std::memcpy(plan->view(in.targets).data(), targets.data(), targets.nbytes());
-    auto* pos = plan->view(in.positions).ptr<int32_t>();
-    auto* seg = plan->view(in.segment_ids).ptr<int32_t>();
-    for (int64_t b = 0; b < spec.batch; ++b)
-      for (int64_t t = 0; t < spec.seq; ++t) {
-        pos[b * spec.seq + t] = static_cast<int32_t>(t);
-        seg[b * spec.seq + t] = 1;
-      }
-    const Tensor& dloss = plan->view(plan->dloss());
-    for (int64_t i = 0; i < dloss.numel(); ++i)
-      dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+    testing::feed_golden_batch(*plan, in, spec, g.file);
   }
 
   graph::ValueId find(const std::string& name) const {

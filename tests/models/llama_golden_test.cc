@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "golden_util.h"
 #include "tessera/convert/hf_llama.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
@@ -68,19 +69,7 @@ struct Model {
         .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
     convert::load_hf_llama(*plan, spec, g.file, "param.");
-    const Tensor inputs = g.file.get("inputs"), targets = g.file.get("targets");
-    std::memcpy(plan->view(in.tokens).data(), inputs.data(), inputs.nbytes());
-    std::memcpy(plan->view(in.targets).data(), targets.data(), targets.nbytes());
-    auto* pos = plan->view(in.positions).ptr<int32_t>();
-    auto* seg = plan->view(in.segment_ids).ptr<int32_t>();
-    for (int64_t b = 0; b < spec.batch; ++b)
-      for (int64_t t = 0; t < spec.seq; ++t) {
-        pos[b * spec.seq + t] = static_cast<int32_t>(t);
-        seg[b * spec.seq + t] = 1;
-      }
-    const Tensor& dloss = plan->view(plan->dloss());
-    for (int64_t i = 0; i < dloss.numel(); ++i)
-      dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+    testing::feed_golden_batch(*plan, in, spec, g.file);
   }
 
   graph::ValueId find(const std::string& name) const {
