@@ -12,6 +12,7 @@
 #include "tessera/backends/kernels/embedding.h"
 #include "tessera/backends/kernels/gemm.h"
 #include "tessera/backends/kernels/gemv.h"
+#include "tessera/backends/kernels/moe.h"
 #include "tessera/backends/kernels/norm.h"
 #include "tessera/backends/kernels/optimizer.h"
 #include "tessera/backends/kernels/rope.h"
@@ -30,6 +31,7 @@ struct KernelTables {
   const EmbeddingKernels* embedding = nullptr;
   const GemmKernels* gemm = nullptr;
   const GemvKernels* gemv = nullptr;
+  const MoeKernels* moe = nullptr;
   const NormKernels* norm = nullptr;
   const OptimizerKernels* optimizer = nullptr;
   const RopeKernels* rope = nullptr;

@@ -14,6 +14,7 @@
 #include "tessera/backends/cpu/decode_attention_kernels.h"
 #include "tessera/backends/cpu/embedding_kernels.h"
 #include "tessera/backends/cpu/gemv_kernels.h"
+#include "tessera/backends/cpu/moe_kernels.h"
 #include "tessera/backends/cpu/norm_kernels.h"
 #include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/backends/cpu/optimizer_kernels.h"
@@ -28,16 +29,17 @@
 namespace tessera::cpu {
 namespace {
 
-constexpr backends::GemmKernels kOnednnGemm{.gemm = onednn_matmul};
+constexpr backends::GemmKernels kOnednnGemm{.gemm = onednn_matmul, .grouped_gemm = onednn_grouped_matmul};
 
-// The tables of one ISA's kernel build (isa_dispatch.h); GEMM is oneDNN's on every ISA.
-#define TESSERA_CPU_KERNEL_TABLES(ns)                                                             \
-  backends::KernelTables {                                                                        \
-    .activation = &ns::kActivationKernels, .attention = &ns::kAttentionKernels,                   \
-    .cross_entropy = &ns::kCrossEntropyKernels, .decode_attention = &ns::kDecodeAttentionKernels, \
-    .embedding = &ns::kEmbeddingKernels, .gemm = &kOnednnGemm, .gemv = &ns::kGemvKernels,         \
-    .norm = &ns::kNormKernels, .optimizer = &ns::kOptimizerKernels, .rope = &ns::kRopeKernels,    \
-    .vector = &ns::kVectorKernels, .vocab_parallel = &ns::kVocabParallelKernels                   \
+// The tables of one ISA's kernel build (isa_dispatch.h); GEMM is oneDNN's on every ISA, and the
+// MoE kernels (data movement and small reductions) are one build for all.
+#define TESSERA_CPU_KERNEL_TABLES(ns)                                                                      \
+  backends::KernelTables {                                                                                 \
+    .activation = &ns::kActivationKernels, .attention = &ns::kAttentionKernels,                            \
+    .cross_entropy = &ns::kCrossEntropyKernels, .decode_attention = &ns::kDecodeAttentionKernels,          \
+    .embedding = &ns::kEmbeddingKernels, .gemm = &kOnednnGemm, .gemv = &ns::kGemvKernels,                  \
+    .moe = &kMoeKernels, .norm = &ns::kNormKernels, .optimizer = &ns::kOptimizerKernels,                   \
+    .rope = &ns::kRopeKernels, .vector = &ns::kVectorKernels, .vocab_parallel = &ns::kVocabParallelKernels \
   }
 
 const backends::KernelTables& tables_for(Isa isa) {

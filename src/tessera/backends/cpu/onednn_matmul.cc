@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -98,6 +99,71 @@ class OnednnMatmul {
     if (st != dnnl_success) rethrow(g, "execute", "the primitive did not run", st);
   }
 
+  // One GEMM whose rows (forward: M; weight_grad: the reduction K) are a runtime dimension of the
+  // cached primitive, so that the ragged groups of a grouped GEMM, whose sizes change every step,
+  // reuse one primitive per (N, K, flags). The memory objects carry the group's actual dims.
+  void run_ragged(const GemmShape& g, bool rows_are_k, const void* a, const void* b, void* c) {
+    GemmShape key = g;
+    (rows_are_k ? key.k : key.m) = 0;  // the runtime dimension
+    Entry& e = ragged_entry(key, rows_are_k);
+    try {
+      dnnl::memory am(a_desc(g, g.m, g.k), engine_, const_cast<void*>(a));
+      dnnl::memory bm(b_desc(g, g.k, g.n), engine_, const_cast<void*>(b));
+      dnnl::memory cm(c_desc(g, g.m, g.n), engine_, c);
+      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am.get()},
+                                 {DNNL_ARG_WEIGHTS, bm.get()},
+                                 {DNNL_ARG_DST, cm.get()},
+                                 {DNNL_ARG_SCRATCHPAD, e.scratchpad.get(/*allow_empty=*/true)}};
+      const int nargs = e.scratchpad_bytes > 0 ? 4 : 3;
+      dnnl_status_t st = dnnl_success;
+      if (nargs == 4) st = dnnl_memory_set_data_handle(e.scratchpad.get(), scratchpad_.base());
+      if (st == dnnl_success) st = dnnl_primitive_execute(e.prim.get(), stream_.get(), nargs, args);
+      if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
+      if (st != dnnl_success) rethrow(g, "execute", "the primitive did not run", st);
+    } catch (const dnnl::error& err) {
+      rethrow(g, "execute", err.what(), err.status);
+    }
+  }
+
+  void grouped(const GroupedGemmShape& gg, const int32_t* sizes, const void* a, const void* b, void* c) {
+    std::lock_guard lock(mu_);
+    const int64_t ab = static_cast<int64_t>(dtype_size(gg.ab_dtype));
+    const int64_t cb = static_cast<int64_t>(dtype_size(gg.c_dtype));
+    const auto* ap = static_cast<const char*>(a);
+    const auto* bp = static_cast<const char*>(b);
+    auto* cp = static_cast<char*>(c);
+    int64_t row = 0;
+    for (int64_t grp = 0; grp < gg.groups; ++grp) {
+      const int64_t m = sizes[grp];
+      if (gg.weight_grad) {  // C[g] [K, N] (+)= A_gᵀ · B_g
+        char* cg = cp + grp * gg.k * gg.n * cb;
+        if (m == 0) {
+          if (!gg.accumulate) std::memset(cg, 0, static_cast<size_t>(gg.k * gg.n * cb));
+          continue;
+        }
+        const GemmShape s{.m = gg.k,
+                          .n = gg.n,
+                          .k = m,
+                          .trans_a = true,
+                          .ab_dtype = gg.ab_dtype,
+                          .c_dtype = gg.c_dtype,
+                          .accumulate = gg.accumulate};
+        run_ragged(s, /*rows_are_k=*/true, ap + row * gg.k * ab, bp + row * gg.n * ab, cg);
+      } else if (m > 0) {  // C_g [M_g, N] (+)= A_g · op(B[g])
+        const GemmShape s{.m = m,
+                          .n = gg.n,
+                          .k = gg.k,
+                          .trans_b = gg.trans_b,
+                          .ab_dtype = gg.ab_dtype,
+                          .c_dtype = gg.c_dtype,
+                          .accumulate = gg.accumulate};
+        run_ragged(s, /*rows_are_k=*/false, ap + row * gg.k * ab, bp + grp * gg.k * gg.n * ab,
+                   cp + row * gg.n * cb);
+      }
+      row += m;
+    }
+  }
+
   std::string impl(const GemmShape& g) {
     std::lock_guard lock(mu_);
     return entry(g).impl;
@@ -128,23 +194,47 @@ class OnednnMatmul {
     Key key{g, omp_get_max_threads()};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    Entry e = create(g);
+    return keep(cache_, key, create(g, false, false));
+  }
+
+  // A primitive whose M (or, with rows_are_k, K) is DNNL_RUNTIME_DIM_VAL; `g` has that dim 0.
+  Entry& ragged_entry(const GemmShape& g, bool rows_are_k) {
+    Key key{g, omp_get_max_threads()};
+    auto it = ragged_.find(key);
+    if (it != ragged_.end()) return it->second;
+    return keep(ragged_, key, create(g, !rows_are_k, rows_are_k));
+  }
+
+  Entry& keep(std::unordered_map<Key, Entry, KeyHash>& cache, const Key& key, Entry e) {
     if (e.scratchpad_bytes > scratchpad_.capacity()) {
       // Grown only when a new primitive needs more; the old buffer is unmapped here and every
       // call re-points the scratchpad memory object at the current one.
       scratchpad_ = Arena();  // unmap the old buffer first: the peak is the new size alone
       scratchpad_ = Arena(e.scratchpad_bytes, "oneDNN scratchpad");
     }
-    return cache_.emplace(key, std::move(e)).first->second;
+    return cache.emplace(key, std::move(e)).first->second;
   }
 
-  // Builds the primitive for `g`. Row-major storage, logical dims [rows, cols] with strides
-  // {row stride, 1}; a transposed operand keeps its logical dims and swaps the strides.
-  Entry create(const GemmShape& g) {
+  // Row-major storage, logical dims [rows, cols] with strides {row stride, 1}; a transposed operand
+  // keeps its logical dims and swaps the strides. A dim of DNNL_RUNTIME_DIM_VAL leaves the strides
+  // that do not depend on it.
+  static dnnl::memory::desc a_desc(const GemmShape& g, int64_t m, int64_t k) {
+    return {{m, k}, to_dnnl(g.ab_dtype), g.trans_a ? dims{1, m} : dims{k, 1}};
+  }
+  static dnnl::memory::desc b_desc(const GemmShape& g, int64_t k, int64_t n) {
+    return {{k, n}, to_dnnl(g.ab_dtype), g.trans_b ? dims{1, k} : dims{n, 1}};
+  }
+  static dnnl::memory::desc c_desc(const GemmShape& g, int64_t m, int64_t n) {
+    return {{m, n}, to_dnnl(g.c_dtype), dims{n, 1}};
+  }
+
+  // Builds the primitive for `g`, with M or K a runtime dimension when asked (the grouped GEMM's
+  // rows; a transposed A with runtime M, or a runtime K with trans_b, is not asked for).
+  Entry create(const GemmShape& g, bool runtime_m, bool runtime_k) {
+    const int64_t m = runtime_m ? DNNL_RUNTIME_DIM_VAL : g.m, k = runtime_k ? DNNL_RUNTIME_DIM_VAL : g.k;
+    TESSERA_ASSERT(!(runtime_m && g.trans_a) && !(runtime_k && g.trans_b));
     try {
-      dnnl::memory::desc a_md({g.m, g.k}, to_dnnl(g.ab_dtype), g.trans_a ? dims{1, g.m} : dims{g.k, 1});
-      dnnl::memory::desc b_md({g.k, g.n}, to_dnnl(g.ab_dtype), g.trans_b ? dims{1, g.k} : dims{g.n, 1});
-      dnnl::memory::desc c_md({g.m, g.n}, to_dnnl(g.c_dtype), dims{g.n, 1});
+      const dnnl::memory::desc a_md = a_desc(g, m, k), b_md = b_desc(g, k, g.n), c_md = c_desc(g, m, g.n);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (g.accumulate) {
@@ -155,9 +245,11 @@ class OnednnMatmul {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
       Entry e;
       e.prim = dnnl::matmul(pd);
-      e.a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
-      e.b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
-      e.c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
+      if (!runtime_m && !runtime_k) {  // a runtime-row primitive gets its memory objects per call
+        e.a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
+        e.b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
+        e.c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
+      }
       dnnl::memory::desc s_md = pd.scratchpad_desc();
       e.scratchpad_bytes = s_md.get_size();
       if (e.scratchpad_bytes > 0) e.scratchpad = dnnl::memory(s_md, engine_, DNNL_MEMORY_NONE);
@@ -172,6 +264,7 @@ class OnednnMatmul {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<Key, Entry, KeyHash> cache_;
+  std::unordered_map<Key, Entry, KeyHash> ragged_;  // the grouped GEMM's runtime-row primitives
   Arena scratchpad_;  // shared by all primitives; capacity 0 until one needs scratch
 };
 
@@ -179,6 +272,11 @@ class OnednnMatmul {
 
 void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c) {
   OnednnMatmul::instance().run(g, a, b, c);
+}
+
+void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* group_sizes, const void* a,
+                           const void* b, void* c) {
+  OnednnMatmul::instance().grouped(g, group_sizes, a, b, c);
 }
 
 std::string onednn_matmul_impl(const GemmShape& g) {

@@ -29,9 +29,9 @@
 // oneDNN's OpenMP region. Do not call from inside an OpenMP parallel region (oneDNN would run on one
 // thread).
 //
-// Left out: batched GEMM, bias, runtime dimensions (one primitive per M is cheap at training sizes,
-// where M = B*T is fixed), f16/fp8, and a bf16 path for CPUs without AVX-512 (oneDNN 2.6 has no bf16
-// GEMM for AVX2; such a call fails with a kRuntime error that says so).
+// Left out: batched GEMM, bias, runtime dimensions outside the grouped GEMM (one primitive per M is
+// cheap at training sizes, where M = B*T is fixed), f16/fp8, and a bf16 path for CPUs without AVX-512
+// (oneDNN 2.6 has no bf16 GEMM for AVX2; such a call fails with a kRuntime error that says so).
 #pragma once
 
 #include <cstddef>
@@ -44,10 +44,17 @@
 namespace tessera::cpu {
 
 using backends::GemmShape;
+using backends::GroupedGemmShape;
 
 // Runs the GEMM. M, N and K must be >= 1. Throws tessera::Error(kRuntime) naming the shape when
 // oneDNN fails (no implementation for these dtypes on this CPU, out of memory).
 void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c);
+
+// The grouped GEMM (backends/kernels/gemm.h): one oneDNN call per group with rows, on a primitive
+// whose row dimension (M; for weight_grad the reduction K) is a runtime dimension, cached per
+// (N, K, flags): group sizes change every step and must not create primitives.
+void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* group_sizes, const void* a,
+                           const void* b, void* c);
 
 // oneDNN's name for the implementation it picked for `g` at the current thread count
 // (e.g. "brg:avx512_core"); creates and caches the primitive if needed. For benchmarks and logs.
