@@ -115,7 +115,7 @@ void unalias_inputs_read_later(Graph& g) {
 
 }  // namespace
 
-ValueId append_backward(Graph& g) {
+ValueId append_backward(Graph& g, ValueId* daux) {
   TESSERA_CHECK(g.loss() != kNoValue, ErrorKind::kInternal, "autodiff: the graph has no loss");
   const int fwd_count = static_cast<int>(g.nodes().size());
   GradBuilder b(g);
@@ -130,6 +130,12 @@ ValueId append_backward(Graph& g) {
   ValueId dloss = g.input("dloss", loss.shape, DType::kF32);
   b.requires_grad_.resize(g.values().size(), false);
   b.parts_[g.loss()].push_back(dloss);
+  ValueId aux_seed = kNoValue;
+  if (!g.aux_losses().empty()) {  // one seed for every aux loss: they are summed into the objective
+    aux_seed = g.input("daux", Shape{1}, DType::kF32);
+    for (ValueId a : g.aux_losses()) b.parts_[a].push_back(aux_seed);
+  }
+  if (daux) *daux = aux_seed;
   g.set_phase(Phase::kBackward);
   for (int i = fwd_count - 1; i >= 0; --i) {
     const Node f = g.nodes()[i];  // a copy: add_node may reallocate the vector

@@ -48,7 +48,7 @@ class GradBuilder {
   void add(Node n) { g_.add_node(std::move(n)); }
 
  private:
-  friend ValueId append_backward(Graph& g);
+  friend ValueId append_backward(Graph& g, ValueId* daux);
   ValueId total_grad(ValueId v, int layer);  // sums v's contributions into one value
   Graph& g_;
   std::map<ValueId, std::vector<ValueId>> parts_;
@@ -59,9 +59,11 @@ class GradBuilder {
 // The remat policies apply_remat implements (its error for any other names them).
 const std::vector<std::string>& remat_policy_names();
 
-// Appends backward nodes for graph.loss(); returns the id of the dloss input [N] (f32), which the
-// executor fills with 1 / (number of counted tokens in the global batch).
-ValueId append_backward(Graph& g);
+// Appends backward nodes for graph.loss() and the aux losses; returns the id of the dloss input [N]
+// (f32), which the trainer fills (1 per token: the optimizer divides by the tokens counted). When
+// the graph has aux losses, *daux (if given) is set to the input [1] that seeds all of them
+// (kNoValue otherwise).
+ValueId append_backward(Graph& g, ValueId* daux = nullptr);
 
 // Rewrites the node list so that backward nodes read recomputed copies of the activations the
 // policy does not save. Throws kConfig for an unknown policy.

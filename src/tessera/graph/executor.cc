@@ -136,6 +136,12 @@ double Executor::summed_loss(int64_t* counted) const {
   return m.mean * static_cast<double>(m.count);
 }
 
+double Executor::aux_loss() const {
+  double sum = 0;
+  for (ValueId a : spec_.graph().aux_losses()) sum += ws_.view(a).ptr<float>()[0];
+  return sum;
+}
+
 double Executor::forward_backward(bool last_micro_step) {
   run_range(0, spec_.first_optimizer_node(), false, last_micro_step);
   return summed_loss(nullptr);

@@ -65,6 +65,9 @@ class Executor {
   // `last_micro_step` says that apply_optimizer follows: the gradients' reductions across ranks
   // start during this pass (pass false for the earlier micro-steps of gradient accumulation).
   double forward_backward(bool last_micro_step = true);
+  // The sum of the graph's aux losses (graph.h: the MoE load-balance losses of every layer) as the
+  // last pass computed them; 0 without any.
+  double aux_loss() const;
   // Runs only the forward nodes (evaluation); returns the summed loss and counts tokens.
   double forward_only(int64_t* counted = nullptr);
   // Completes the gradients' reductions (on more than one rank), clips by the global norm over

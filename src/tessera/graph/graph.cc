@@ -160,6 +160,33 @@ ValueId Graph::cross_entropy(ValueId logits, ValueId targets, float z_loss, cons
   return add_op(OpKind::kCrossEntropy, {logits, targets}, CrossEntropyAttrs{.z_loss = z_loss}, name);
 }
 
+Graph::MoeRouting Graph::moe_route(ValueId logits, const MoeAttrs& a, const std::string& name) {
+  const ValueId w = add_op(OpKind::kMoeRoute, {logits}, a, name);
+  return {w, nodes_.back().out[1]};
+}
+
+ValueId Graph::moe_load_balance(ValueId logits, ValueId experts, const MoeAttrs& a, const std::string& name) {
+  const ValueId loss = add_op(OpKind::kMoeLoadBalance, {logits, experts}, a, name);
+  add_aux_loss(loss);
+  return loss;
+}
+
+Graph::MoeRows Graph::moe_dispatch(ValueId x, ValueId experts, const MoeAttrs& a, const std::string& name) {
+  const ValueId xs = add_op(OpKind::kMoeDispatch, {x, experts}, a, name);
+  return {xs, nodes_.back().out[1], nodes_.back().out[2]};
+}
+
+ValueId Graph::grouped_matmul(ValueId xs, ValueId w, ValueId group_sizes, int64_t useful_rows,
+                              const std::string& name, const std::string& ckpt) {
+  return add_op(OpKind::kGroupedMatmul, {xs, w, group_sizes}, GroupedMatmulAttrs{.useful_rows = useful_rows},
+                name, ckpt);
+}
+
+ValueId Graph::moe_combine(ValueId ys, ValueId weights, ValueId rows, const MoeAttrs& a,
+                           const std::string& name) {
+  return add_op(OpKind::kMoeCombine, {ys, weights, rows}, a, name);
+}
+
 std::vector<ValueId> Graph::params() const {
   std::vector<ValueId> out;
   for (size_t i = 0; i < values_.size(); ++i)

@@ -112,6 +112,16 @@ enum class OpKind {
   kBiasGrad,       // in: dy [N,C]                          out: dbias (accumulated)
   kActivation,     // in: x [N,F]                           out: y = act(x)
   kActivationBwd,  // in: dy, x                             out: dx
+  // Mixture of experts (ops/moe.h): N tokens, X experts, top-k, R dispatch rows.
+  kMoeRoute,           // in: logits [N,X]                      out: weights [N,k] f32, experts [N,k] i32
+  kMoeRouteBwd,        // in: dweights, weights, experts        out: dlogits [N,X]
+  kMoeLoadBalance,     // in: logits [N,X], experts [N,k]       out: loss [1] f32 (an aux loss)
+  kMoeLoadBalanceBwd,  // in: dloss [1], logits, experts        out: dlogits [N,X]
+  kMoeDispatch,        // in: x [N,E], experts [N,k]            out: xs [R,E], rows [N*k] i32, sizes [X] i32
+  kMoeDispatchBwd,     // in: dxs [R,E], rows                   out: dx [N,E]
+  kGroupedMatmul,  // in: a, b, group_sizes                 out: c   (attrs.trans_b, weight_grad, accumulate)
+  kMoeCombine,     // in: ys [R,E], weights [N,k], rows     out: y [N,E]
+  kMoeCombineBwd,  // in: dy, ys, weights, rows             out: dys [R,E], dweights [N,k]
   kAdamW,          // in: param grad m v [compute copy]     (updates in place)
   kSgd,            // in: param grad [compute copy]         (updates in place)
 };
@@ -147,8 +157,22 @@ struct CrossEntropyAttrs {
   float z_loss = 0.0f;
   int64_t vocab_offset = 0, vocab = 0;
 };
-using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs,
-                               ActivationAttrs, EmbeddingAttrs, CrossEntropyAttrs>;
+// MoE: the routing (k of X experts), the load-balance loss over `batch` sequences, and how the
+// dispatch fills its rows (ops::MoeDispatch: dropless, capacity per sequence of `seq`, or dense).
+struct MoeAttrs {
+  int64_t experts = 0, k = 0;
+  int64_t batch = 0, seq = 0;
+  int64_t capacity = 0;
+  bool dense = false;
+  double lb_weight = 0;  // load_balance_loss_weight
+};
+struct GroupedMatmulAttrs {  // c = a·op(b[g]) per group, or the per-group weight gradient
+  bool trans_b = false, weight_grad = false, accumulate = false;
+  int64_t useful_rows = 0;  // rows the FLOP count charges: N * k (the dense path computes N * X)
+};
+using NodeAttrs =
+    std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
+                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs>;
 
 struct Node {
   OpKind op;
@@ -210,6 +234,22 @@ class Graph {
   ValueId add(ValueId a, ValueId b, const std::string& name);
   // Returns the per-token loss [N]; the lse is the node's second output.
   ValueId cross_entropy(ValueId logits, ValueId targets, float z_loss, const std::string& name);
+  // Mixture of experts (ops/moe.h): route each token to k experts, dispatch the tokens into rows
+  // grouped by expert, multiply the rows by the expert weights w [X, in, out] (grouped_matmul) and
+  // combine the expert outputs back into [N, E].
+  struct MoeRouting {
+    ValueId weights, experts;  // [N, k] f32, [N, k] int32
+  };
+  MoeRouting moe_route(ValueId logits, const MoeAttrs& a, const std::string& name);
+  // The load-balance loss [1] of the routing, registered as an aux loss (below).
+  ValueId moe_load_balance(ValueId logits, ValueId experts, const MoeAttrs& a, const std::string& name);
+  struct MoeRows {
+    ValueId xs, rows, group_sizes;  // [R, E], [N * k] int32, [X] int32
+  };
+  MoeRows moe_dispatch(ValueId x, ValueId experts, const MoeAttrs& a, const std::string& name);
+  ValueId grouped_matmul(ValueId xs, ValueId w, ValueId group_sizes, int64_t useful_rows,
+                         const std::string& name, const std::string& ckpt = "");
+  ValueId moe_combine(ValueId ys, ValueId weights, ValueId rows, const MoeAttrs& a, const std::string& name);
 
   // --- tensor parallelism (see the file comment). Records the tensor mesh axis the graph is to be
   // sharded for; size 1 (the default) is the one-device graph. sharding.h's pass reads it.
@@ -241,6 +281,11 @@ class Graph {
 
   ValueId loss() const { return loss_; }
   void set_loss(ValueId v) { loss_ = v; }
+  // Scalar losses [1] f32 added to the objective beside the token loss (MoE load balance): autodiff
+  // seeds each with the `daux` input, and the executor reports their sum (aux_loss_sum).
+  const std::vector<ValueId>& aux_losses() const { return aux_losses_; }
+  void add_aux_loss(ValueId v) { aux_losses_.push_back(v); }
+  std::vector<ValueId>& aux_losses() { return aux_losses_; }
 
  private:
   ValueId add_value(Value v);
@@ -251,6 +296,7 @@ class Graph {
   int layer_ = -1;
   Phase phase_ = Phase::kForward;
   ValueId loss_ = kNoValue;
+  std::vector<ValueId> aux_losses_;
 };
 
 }  // namespace tessera::graph

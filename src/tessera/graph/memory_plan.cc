@@ -36,6 +36,8 @@ MemoryPlan plan_memory(const Graph& g) {
   }
   // The per-token loss is read by the host after the whole step: keep it alive to the end.
   if (g.loss() != kNoValue && nn > 0) touch(g.loss(), nn - 1);
+  for (ValueId a : g.aux_losses())  // so are the aux losses
+    if (nn > 0) touch(a, nn - 1);
   std::vector<ValueId> placed_order;
   for (size_t v = 0; v < nv; ++v) {
     const Value& val = g.value(static_cast<ValueId>(v));

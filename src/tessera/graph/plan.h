@@ -30,6 +30,7 @@ class Plan {
   const Tensor& state(ValueId v) const { return workspace_.state(v); }
   const Tensor& opt_view(ValueId v) const { return workspace_.opt_view(v); }
   ValueId dloss() const { return spec_.dloss(); }
+  ValueId daux() const { return spec_.daux(); }
   int first_optimizer_node() const { return spec_.first_optimizer_node(); }
 
   const PlanSharding& sharding() const { return spec_.sharding(); }

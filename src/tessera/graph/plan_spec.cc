@@ -74,7 +74,7 @@ int64_t PlanSharding::world() const {
 PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     : graph_(std::move(forward)), has_graph_(true), sharding_(opts.sharding) {
   shard_tensor_parallel(graph_);
-  dloss_ = append_backward(graph_);
+  dloss_ = append_backward(graph_, &daux_);
   apply_remat(graph_, opts.remat_policy);
   first_opt_ = static_cast<int>(graph_.nodes().size());
   append_optimizer(graph_, opts.optimizer);

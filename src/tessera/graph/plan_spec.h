@@ -187,6 +187,8 @@ class PlanSpec {
   bool has_graph() const { return has_graph_; }
   const Graph& graph() const { return graph_; }
   ValueId dloss() const { return dloss_; }
+  // The seed [1] of the aux losses (graph.h; the trainer fills it), kNoValue without any.
+  ValueId daux() const { return daux_; }
   int first_optimizer_node() const { return first_opt_; }
   const PlanSharding& sharding() const { return sharding_; }
 
@@ -227,6 +229,7 @@ class PlanSpec {
   bool has_graph_ = false;
   PlanSharding sharding_;
   ValueId dloss_ = kNoValue;
+  ValueId daux_ = kNoValue;
   int first_opt_ = 0;
   std::vector<Placement> views_, state_, opt_;
   std::array<size_t, kNumArenas> arena_bytes_{};

@@ -119,7 +119,7 @@ json PlanSpec::to_json() const {
         json::array({placement_json(views_[i]), placement_json(state_[i]), placement_json(opt_[i])}));
   json schedule = json::array();
   for (const Collective& c : collectives_) schedule.push_back(collective_json(c));
-  return {
+  json out = {
       {"format", 1},
       {"mesh", {{"sizes", sharding_.sizes}, {"coords", sharding_.coords}}},
       {"num_params", num_params_},
@@ -139,6 +139,8 @@ json PlanSpec::to_json() const {
       {"zero1", zero1_},
       {"schedule", schedule},
   };
+  if (daux_ != kNoValue) out["daux"] = daux_;  // only with aux losses: older plans keep their fingerprints
+  return out;
 }
 
 PlanSpec PlanSpec::from_json(const json& j) {
@@ -150,6 +152,7 @@ PlanSpec PlanSpec::from_json(const json& j) {
   p.num_params_ = j.at("num_params");
   p.first_opt_ = j.at("first_optimizer_node");
   p.dloss_ = j.at("dloss");
+  p.daux_ = j.value("daux", kNoValue);
   for (const json& n : j.at("nodes"))
     p.nodes_.push_back({n.at("op"), static_cast<Phase>(n.at("phase").get<int>()), placements_from(n.at("in")),
                         placements_from(n.at("out"))});
@@ -171,8 +174,8 @@ PlanSpec PlanSpec::from_json(const json& j) {
 bool PlanSpec::operator==(const PlanSpec& o) const {
   return sharding_.sizes == o.sharding_.sizes && sharding_.coords == o.sharding_.coords &&
          num_params_ == o.num_params_ && first_opt_ == o.first_opt_ && dloss_ == o.dloss_ &&
-         nodes_ == o.nodes_ && views_ == o.views_ && state_ == o.state_ && opt_ == o.opt_ &&
-         arena_bytes_ == o.arena_bytes_ && memory_ == o.memory_ && flops_ == o.flops_ &&
+         daux_ == o.daux_ && nodes_ == o.nodes_ && views_ == o.views_ && state_ == o.state_ &&
+         opt_ == o.opt_ && arena_bytes_ == o.arena_bytes_ && memory_ == o.memory_ && flops_ == o.flops_ &&
          any_sharded_ == o.any_sharded_ && zero1_ == o.zero1_ && collectives_ == o.collectives_;
 }
 

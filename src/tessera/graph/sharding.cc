@@ -121,6 +121,7 @@ void shard_tensor_parallel(Graph& g) {
     (def.shard ? def.shard : shard_whole)(b, std::move(n));
   }
   if (g.loss() != kNoValue) g.set_loss(b.resolve(g.loss()));
+  for (ValueId& a : g.aux_losses()) a = b.resolve(a);
   g.set_layer(layer);
   g.set_phase(phase);
   g.mark_sharded();
