@@ -127,6 +127,13 @@ struct Config {
   bool enable_dropout;
   double dropout_rate;
   int64_t init_weights_seed;
+  // mixture of experts
+  int64_t num_experts;
+  int64_t num_experts_per_tok;
+  int64_t base_moe_mlp_dim;
+  bool sparse_matmul;
+  double capacity_factor;
+  double load_balance_loss_weight;
 
   // memory
   std::string remat_policy;
@@ -256,6 +263,7 @@ struct Config {
   int64_t num_query_heads;                            // base_num_query_heads scaled
   int64_t num_kv_heads;                               // base_num_kv_heads scaled like the query heads
   int64_t mlp_dim;                                    // base_mlp_dim scaled
+  int64_t moe_mlp_dim;                                // base_moe_mlp_dim scaled like the MLP
   int64_t num_decoder_layers;                         // base_num_decoder_layers scaled
   int64_t num_devices;                                // devices taking part in the run
   int64_t num_slices;                                 // groups of devices joined by the slow network (dcn)
@@ -268,7 +276,7 @@ struct Config {
 };
 
 // Number of derived members (below the line in Config); the schema test uses it.
-inline constexpr int kNumDerivedConfigMembers = 13;
+inline constexpr int kNumDerivedConfigMembers = 14;
 
 // The devices a run sees: dist::count_devices fills it from the launcher (mpirun, srun), and a
 // planning tool may pass a topology that is not present.

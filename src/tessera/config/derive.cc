@@ -66,6 +66,7 @@ void derive_model_dims(Config& cfg) {
   cfg.num_query_heads = scaled(cfg.base_num_query_heads, head_scale, "base_num_query_heads");
   cfg.num_kv_heads = scaled(cfg.base_num_kv_heads, head_scale, "base_num_kv_heads");
   cfg.mlp_dim = scaled(cfg.base_mlp_dim, mlp_scale, "base_mlp_dim");
+  cfg.moe_mlp_dim = scaled(cfg.base_moe_mlp_dim, mlp_scale, "base_moe_mlp_dim");
   cfg.num_decoder_layers = scaled(cfg.base_num_decoder_layers, layer_scale, "base_num_decoder_layers");
 }
 

@@ -74,6 +74,7 @@ void append_derived(std::string& out, const Config& cfg) {
       {"num_query_heads", cfg.num_query_heads},
       {"num_kv_heads", cfg.num_kv_heads},
       {"mlp_dim", cfg.mlp_dim},
+      {"moe_mlp_dim", cfg.moe_mlp_dim},
       {"num_decoder_layers", cfg.num_decoder_layers},
       {"num_devices", cfg.num_devices},
       {"num_slices", cfg.num_slices},

@@ -27,16 +27,15 @@ using config::Origin;
 // MaxText keys that Tessera does not have, with the Tessera key that does the job where one does.
 const std::map<std::string_view, std::string_view>& maxtext_only_keys() {
   static const std::map<std::string_view, std::string_view> keys = {
-      {"attention", ""},           {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
-      {"data_sharding", ""},       {"dataset_name", "dataset_path"},
-      {"enable_profiler", ""},     {"fused_mlp", ""},
-      {"fused_qkv", ""},           {"grad_dtype", ""},
-      {"jax_cache_dir", ""},       {"matmul_precision", ""},
-      {"mesh_axes", ""},           {"num_experts", ""},
-      {"num_experts_per_tok", ""}, {"num_slices", ""},
-      {"param_scan_axis", ""},     {"profiler", ""},
-      {"quantization", ""},        {"quantize_kvcache", ""},
-      {"z_loss_multiplier", ""},
+      {"attention", ""},        {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
+      {"data_sharding", ""},    {"dataset_name", "dataset_path"},
+      {"enable_profiler", ""},  {"fused_mlp", ""},
+      {"fused_qkv", ""},        {"grad_dtype", ""},
+      {"jax_cache_dir", ""},    {"matmul_precision", ""},
+      {"mesh_axes", ""},        {"megablox", "sparse_matmul"},
+      {"num_slices", ""},       {"param_scan_axis", ""},
+      {"profiler", ""},         {"quantization", ""},
+      {"quantize_kvcache", ""}, {"z_loss_multiplier", ""},
   };
   return keys;
 }
@@ -44,11 +43,9 @@ const std::map<std::string_view, std::string_view>& maxtext_only_keys() {
 // Derived values that users sometimes try to set, and the keys that set them.
 const std::map<std::string_view, std::string_view>& derived_names() {
   static const std::map<std::string_view, std::string_view> names = {
-      {"emb_dim", "base_emb_dim"},
-      {"num_query_heads", "base_num_query_heads"},
-      {"num_kv_heads", "base_num_kv_heads"},
-      {"mlp_dim", "base_mlp_dim"},
-      {"num_decoder_layers", "base_num_decoder_layers"},
+      {"emb_dim", "base_emb_dim"},           {"num_query_heads", "base_num_query_heads"},
+      {"num_kv_heads", "base_num_kv_heads"}, {"mlp_dim", "base_mlp_dim"},
+      {"moe_mlp_dim", "base_moe_mlp_dim"},   {"num_decoder_layers", "base_num_decoder_layers"},
   };
   return names;
 }

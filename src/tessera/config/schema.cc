@@ -162,6 +162,22 @@ void add_model_keys(std::vector<FieldSpec>& t) {
          "Dropout probability. Tessera supports only 0.");
   g.integer("init_weights_seed", &Config::init_weights_seed, "0", at_least(0),
             "Seed of the parameter initialisation.");
+  Group moe(t, "mixture of experts");
+  moe.integer("num_experts", &Config::num_experts, "1", at_least(1),
+              "Experts per MoE layer (1: a dense MLP); MoE families (mixtral) need more than one.");
+  moe.integer("num_experts_per_tok", &Config::num_experts_per_tok, "1", at_least(1),
+              "Experts each token is routed to (top-k).");
+  moe.integer("base_moe_mlp_dim", &Config::base_moe_mlp_dim, "7168", at_least(1),
+              "Hidden width of each expert's MLP before global_parameter_scale.");
+  moe.boolean("sparse_matmul", &Config::sparse_matmul, "true",
+              "Dropless MoE: tokens sorted by expert and one grouped matmul over the ragged groups; false "
+              "runs every expert on every token (dense), or drops tokens over capacity_factor.");
+  moe.real("capacity_factor", &Config::capacity_factor, "-1.0", or_minus_one(above(0), "no capacity limit"),
+           "With sparse_matmul=false: each expert takes at most capacity_factor x its balanced share of a "
+           "sequence's tokens; later tokens are dropped (they pass through the residual).");
+  moe.real("load_balance_loss_weight", &Config::load_balance_loss_weight, "0.0", at_least(0),
+           "Weight of the load-balance loss (MaxText's, per sequence, averaged over MoE layers), added to "
+           "the loss and logged as moe_lb_loss.");
 }
 
 void add_memory_and_training_keys(std::vector<FieldSpec>& t) {

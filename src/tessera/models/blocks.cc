@@ -3,6 +3,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/ops/activation.h"
+#include "tessera/ops/moe.h"
 
 namespace tessera::models {
 
@@ -92,6 +93,34 @@ ValueId Blocks::mlp(ValueId x, const std::string& p) {
   const Dense wo = dense(F, E, "mlp", "embed", p + "wo", b);
   ValueId h = g_.activation(act, apply(wi, x, "mlpwi"), p + "act", "mlp_act");  // [N, F]
   return apply(wo, h, "mlpwo");                                                 // [N, E]
+}
+
+ValueId Blocks::moe(ValueId x, const std::string& p) {
+  const int64_t E = s_.emb_dim, F = s_.moe_mlp_dim, X = s_.num_experts, k = s_.num_experts_per_tok;
+  const int64_t N = s_.batch * s_.seq;
+  const int act = static_cast<int>(ops::activation_from_name(s_.mlp_activation));
+  TESSERA_ASSERT(s_.gated_mlp && !s_.mlp_bias);  // the experts are gated MLPs without biases
+  ValueId gate = g_.param(p + "gate.kernel", Shape{E, X}, {"embed", "moe_router"});
+  ValueId wi0 = g_.param(p + "wi_0", Shape{X, E, F}, {"exp", "embed_moe", "mlp_moe"});
+  ValueId wi1 = g_.param(p + "wi_1", Shape{X, E, F}, {"exp", "embed_moe", "mlp_moe"});
+  ValueId wo = g_.param(p + "wo", Shape{X, F, E}, {"exp", "mlp_moe", "embed_moe"});
+  graph::MoeAttrs a{.experts = X,
+                    .k = k,
+                    .batch = s_.batch,
+                    .seq = s_.seq,
+                    .dense = s_.moe_path == MoePath::kDense,
+                    .lb_weight = s_.load_balance_loss_weight};
+  if (s_.moe_path == MoePath::kCapacity) a.capacity = ops::moe_capacity(s_.seq, k, X, s_.capacity_factor);
+  ValueId logits = g_.matmul(x, w(gate), p + "gate", "router_logits");  // [N, X]
+  const graph::Graph::MoeRouting r = g_.moe_route(logits, a, p + "route");
+  if (s_.load_balance_loss_weight > 0) g_.moe_load_balance(logits, r.experts, a, p + "load_balance");
+  const graph::Graph::MoeRows rows = g_.moe_dispatch(x, r.experts, a, p + "dispatch");  // [R, E]
+  const int64_t useful = N * k;
+  ValueId h0 = g_.grouped_matmul(rows.xs, w(wi0), rows.group_sizes, useful, p + "wi_0", "mlpwi_0");  // [R, F]
+  ValueId h1 = g_.grouped_matmul(rows.xs, w(wi1), rows.group_sizes, useful, p + "wi_1", "mlpwi_1");  // [R, F]
+  ValueId h = g_.glu(act, h0, h1, p + "glu", "mlp_act");
+  ValueId ys = g_.grouped_matmul(h, w(wo), rows.group_sizes, useful, p + "wo", "mlpwo");  // [R, E]
+  return g_.moe_combine(ys, r.weights, rows.rows, a, p + "combine");                      // [N, E]
 }
 
 ValueId Blocks::embed() {

@@ -46,6 +46,12 @@ class Blocks {
   // x [N, E] -> [N, E]: gated act(x·Wi0) * (x·Wi1) · Wo when spec.gated_mlp, else act(x·Wi + bi)·Wo + bo
   // (biases when spec.mlp_bias).
   graph::ValueId mlp(graph::ValueId x, const std::string& p);
+  // A mixture-of-experts MLP of x [N, E] -> [N, E] (MaxText's RoutedMoE): router logits x·Wg
+  // [E, X], each token's top-k experts with softmax weights over the chosen, the gated expert MLPs
+  // act(x·Wi0[e]) * (x·Wi1[e]) · Wo[e] on the tokens routed to e (spec.moe_path: dropless sorted
+  // rows and grouped matmuls, every expert on every token, or capacity dropping), summed with the
+  // routing weights. Adds the layer's load-balance loss when spec.load_balance_loss_weight > 0.
+  graph::ValueId moe(graph::ValueId x, const std::string& p);
   // The token embedding [V, E] looked up by the tokens (plus the learned positions [P, E] when
   // spec.trainable_position_size > 0) -> [N, E] in the compute dtype.
   graph::ValueId embed();

@@ -42,7 +42,7 @@ void record_tensor_parallel(graph::Graph& g, const ModelSpec& s) {
 }  // namespace
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> all = {&kLlamaFamily, &kGpt3Family, &kQwenFamily};
+  static const std::vector<const Family*> all = {&kLlamaFamily, &kGpt3Family, &kQwenFamily, &kMixtralFamily};
   return all;
 }
 
@@ -54,6 +54,13 @@ const Family& family_for(std::string_view decoder_block) {
   }
   fail(ErrorKind::kConfig, "decoder_block '{}' is not built by Tessera yet (available: {})", decoder_block,
        fmt::join(known, ", "));
+}
+
+std::string moe_blocks() {
+  std::vector<std::string_view> names;
+  for (const Family* f : families())
+    if (f->moe) names.insert(names.end(), f->blocks.begin(), f->blocks.end());
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 DecoderInputs build_decoder(graph::Graph& g, const ModelSpec& spec) {

@@ -23,12 +23,15 @@ struct Family {
   void (*configure)(ModelSpec& s, const Config& cfg);
   // Builds the forward graph of one micro-step and sets its loss.
   DecoderInputs (*build)(graph::Graph& g, const ModelSpec& s);
+  bool moe = false;  // its MLPs are mixtures of experts (num_experts > 1 required)
 };
 
 // Every family this build has, in the order docs/models.md lists them.
 const std::vector<const Family*>& families();
 // The family building `decoder_block`; throws kConfig listing the blocks this build has.
 const Family& family_for(std::string_view decoder_block);
+// The decoder_block names of the MoE families, for messages: "mixtral".
+std::string moe_blocks();
 
 // The forward graph of `spec`'s family (tensor parallelism recorded for the plan's sharding pass).
 DecoderInputs build_decoder(graph::Graph& g, const ModelSpec& spec);

@@ -7,9 +7,10 @@ namespace tessera::models {
 
 using graph::ValueId;
 
-extern const Family kLlamaFamily;  // llama.cc
-extern const Family kGpt3Family;   // gpt3.cc
-extern const Family kQwenFamily;   // qwen.cc
+extern const Family kLlamaFamily;    // llama.cc
+extern const Family kGpt3Family;     // gpt3.cc
+extern const Family kQwenFamily;     // qwen.cc
+extern const Family kMixtralFamily;  // mixtral.cc
 
 // Llama's options and decoder loop, which Qwen shares (llama.cc).
 void configure_llama_like(ModelSpec& s, const Config& cfg);

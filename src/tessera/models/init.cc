@@ -53,6 +53,11 @@ float truncated(uint64_t key, uint64_t i, float z) {
   return z;
 }
 
+// A kernel's input dimension: [in, out], or [experts, in, out] for the experts' stacked kernels.
+int64_t fan_in(const Shape& whole) {
+  return whole.rank() == 3 ? whole[1] : whole[0];
+}
+
 }  // namespace
 
 void init_params(graph::Plan& plan, uint64_t seed) {
@@ -71,7 +76,7 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).
     const auto kernel_std =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(piece.whole[0])) / 0.87962566103423978);
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in(piece.whole))) / 0.87962566103423978);
     if (is_norm || is_bias) {
       std::fill(w, w + n, is_norm ? 1.0f : 0.0f);
       continue;

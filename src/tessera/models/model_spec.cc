@@ -30,7 +30,23 @@ ModelSpec model_spec_from_config(const Config& cfg) {
     fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
          cfg.sliding_window_size, cfg.attention_type);
   s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
+  s.num_experts = cfg.num_experts;
+  s.num_experts_per_tok = cfg.num_experts_per_tok;
+  s.moe_mlp_dim = cfg.moe_mlp_dim;
+  s.capacity_factor = cfg.capacity_factor;
+  s.load_balance_loss_weight = cfg.load_balance_loss_weight;
+  if (cfg.sparse_matmul && cfg.capacity_factor > 0)
+    fail(ErrorKind::kConfig,
+         "capacity_factor={} drops tokens on the dense path only (sparse_matmul=false), as in MaxText; "
+         "sparse_matmul=true is dropless",
+         cfg.capacity_factor);
+  s.moe_path = cfg.sparse_matmul ? MoePath::kDropless
+                                 : (cfg.capacity_factor > 0 ? MoePath::kCapacity : MoePath::kDense);
   family_for(cfg.decoder_block).configure(s, cfg);
+  if (s.num_experts > 1 && !family_for(cfg.decoder_block).moe)
+    fail(ErrorKind::kConfig,
+         "num_experts={}: the {} block has a dense MLP; the mixture-of-experts blocks are {}", s.num_experts,
+         cfg.decoder_block, moe_blocks());
   s.dtype = dtype_from_name(cfg.dtype);
   const double pdb = cfg.per_device_batch_size;
   if (pdb < 1 || std::floor(pdb) != pdb)

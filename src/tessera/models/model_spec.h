@@ -14,6 +14,9 @@
 namespace tessera::models {
 
 enum class NormKind { kRms, kLayer };  // RMSNorm, or LayerNorm with a bias
+// How an MoE layer runs its experts (MaxText's sparse_matmul and capacity_factor): dropless over
+// tokens sorted by expert, every expert on every token, or dropping what exceeds the capacity.
+enum class MoePath { kDropless, kDense, kCapacity };
 
 struct ModelSpec {
   std::string decoder_block = "llama2";
@@ -40,6 +43,14 @@ struct ModelSpec {
   bool mlp_bias = false;                // biases on the MLP's projections
   bool rope = true;                     // rotary positions on q and k
   int64_t trainable_position_size = 0;  // learned absolute positions [P, E] added to the embedding (0: none)
+  // Mixture of experts (blocks.h's moe), for the MoE families: each layer's MLP is num_experts
+  // experts of width moe_mlp_dim, each token routed to num_experts_per_tok of them.
+  int64_t num_experts = 1;  // 1: a dense MLP
+  int64_t num_experts_per_tok = 1;
+  int64_t moe_mlp_dim = 0;
+  MoePath moe_path = MoePath::kDropless;
+  double capacity_factor = -1;          // MoePath::kCapacity: the multiple of the balanced share kept
+  double load_balance_loss_weight = 0;  // 0: no load-balance loss
   DType dtype = DType::kF32;            // compute dtype of activations and matmul inputs
   float z_loss = 0.0f;
 

@@ -375,6 +375,12 @@ StepMetrics Trainer::step() {
   int64_t counted = 0;
   exec_->zero_grads();
   double loss_sum = 0;
+  // The MoE load-balance losses (graph aux losses, one per layer) enter the objective as their mean
+  // over layers weighted by the micro-batch's counted tokens: their seed is that count over the
+  // layers, so that the optimizer's division by the counted tokens (grad_divisor) leaves the mean.
+  const graph::ValueId daux = plan_->daux();
+  const auto aux_layers = static_cast<double>(plan_->graph().aux_losses().size());
+  double lb_sum = 0;
   const data::Batch batch = input_batch();
   diag_->step_begin(step_);
   double data_seconds = 0;
@@ -387,17 +393,22 @@ StepMetrics Trainer::step() {
     }
     data_seconds += since(t_data);
     counted += info.targets;
+    if (daux != graph::kNoValue)
+      plan_->view(daux).ptr<float>()[0] = static_cast<float>(static_cast<double>(info.targets) / aux_layers);
     loss_sum += exec_->forward_backward(/*last_micro_step=*/m == micro_steps - 1);
+    if (daux != graph::kNoValue) lb_sum += exec_->aux_loss() * static_cast<double>(info.targets) / aux_layers;
   }
   // The global batch's loss and token count: summed over the ranks that read different rows.
-  double sums[2] = {loss_sum, static_cast<double>(counted)};
-  sum_over_batch(sums, 2);
+  double sums[3] = {loss_sum, static_cast<double>(counted), lb_sum};
+  sum_over_batch(sums, 3);
   loss_sum = sums[0];
   counted = static_cast<int64_t>(sums[1]);
+  lb_sum = sums[2];
   TESSERA_CHECK(counted > 0, ErrorKind::kRuntime, "step {}: the batch has no target tokens", step_);
   StepMetrics r;
   r.step = step_;
-  r.loss = loss_sum / static_cast<double>(counted);
+  r.loss = (loss_sum + lb_sum) / static_cast<double>(counted);
+  if (daux != graph::kNoValue) r.moe_lb_loss = lb_sum / static_cast<double>(counted);
   if ((std::isnan(r.loss) && cfg_.abort_on_nan_loss) || (std::isinf(r.loss) && cfg_.abort_on_inf_loss))
     fail(ErrorKind::kRuntime, "the loss is {} at step {}: stopping (abort_on_nan_loss / abort_on_inf_loss)",
          r.loss, step_);
@@ -431,7 +442,7 @@ StepMetrics Trainer::step() {
 void Trainer::write_metrics(const StepMetrics& m, bool flush) {
   if (!tensorboard_ && !metrics_file_) return;
   const double micro_steps = static_cast<double>(cfg_.gradient_accumulation_steps);
-  const std::array<Scalar, 11> scalars = {{
+  std::array<Scalar, 12> scalars = {{
       {"learning/loss", m.loss},
       {"learning/grad_norm", m.grad_norm},
       {"learning/current_learning_rate", m.learning_rate},
@@ -443,9 +454,11 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
        static_cast<double>(m.total_weights) / static_cast<double>(mesh_->num_devices())},
       {"perf/per_device_tokens_per_sec", m.tokens_per_device},
       {"perf/mfu", m.mfu},
-      {"learning/param_norm", m.param_norm.value_or(0.0)},
   }};
-  const std::span<const Scalar> s(scalars.data(), m.param_norm ? scalars.size() : scalars.size() - 1);
+  size_t n = 10;  // then the optional ones
+  if (m.moe_lb_loss) scalars[n++] = {"learning/moe_lb_loss", *m.moe_lb_loss};
+  if (m.param_norm) scalars[n++] = {"learning/param_norm", *m.param_norm};
+  const std::span<const Scalar> s(scalars.data(), n);
   if (tensorboard_) {
     tensorboard_->write(m.step, s);
     if (flush) tensorboard_->flush();
@@ -507,9 +520,10 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
       m.param_norm = exec_->param_norm();
       log_ << fmt::format(
                   "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.1f}, "
-                  "total_weights: {}, loss: {:.4f}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%\n",
+                  "total_weights: {}, loss: {:.4f}{}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%\n",
                   m.step, m.seconds, m.tflops_per_device, m.tokens_per_device, m.total_weights, m.loss,
-                  m.grad_norm, m.learning_rate, 100 * m.mfu)
+                  m.moe_lb_loss ? fmt::format(", moe_lb_loss: {:.4f}", *m.moe_lb_loss) : "", m.grad_norm,
+                  m.learning_rate, 100 * m.mfu)
            << std::flush;
     }
     write_metrics(m, log_step || sig != 0);

@@ -53,7 +53,10 @@ struct StepMetrics {
   double mfu = 0;
   double grad_norm = 0;
   double learning_rate = 0;
-  int64_t total_weights = 0;         // tokens counted in the loss
+  int64_t total_weights = 0;  // tokens counted in the loss
+  // MoE: the load-balance loss (included in `loss`): the mean over MoE layers, weighted by each
+  // micro-batch's counted tokens; nullopt for a model without one.
+  std::optional<double> moe_lb_loss;
   std::optional<double> param_norm;  // global L2 norm of the parameters: on log steps only (run())
 };
 
