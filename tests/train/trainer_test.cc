@@ -25,6 +25,9 @@ Config small_config(std::vector<std::string> extra = {}) {
                                 "device_peak_tflops=0.5",
                                 "enable_checkpointing=false",
                                 "enable_tensorboard=false"};
+  for (const std::string& e : extra)  // a model_name in `extra` replaces llama-test
+    if (e.starts_with("model_name=")) o[0] = e;
+  std::erase_if(extra, [](const std::string& e) { return e.starts_with("model_name="); });
   o.insert(o.end(), extra.begin(), extra.end());
   return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
 }
@@ -67,6 +70,46 @@ TEST(Trainer, MetricsFollowMaxTextsFormula) {
   EXPECT_NEAR(m.tokens_per_device, 64 / m.seconds, 1e-6);
   EXPECT_TRUE(std::isfinite(m.loss));
   EXPECT_GT(m.grad_norm, 0);
+}
+
+// A mixture of experts counts active parameters only (MaxText's MoE formula: the router, and the
+// k chosen experts' three projections per token), and logs its load-balance loss inside the loss.
+TEST(Trainer, MixtureOfExpertsCountsActiveFlopsAndAddsTheLoadBalanceLoss) {
+  std::ostringstream log;
+  train::Trainer t(small_config({"model_name=mixtral-test", "load_balance_loss_weight=0.01"}), log);
+  train::StepMetrics m = t.step();
+  // mixtral-test: E 64, H 4, K 2, D 16, X 4 experts of F 96, top-2, L 2, V 512; B 2, S 16.
+  const double B = 2, S = 16, E = 64, H = 4, K = 2, D = 16, X = 4, k = 2, F = 96, V = 512, L = 2;
+  const double fwd = L * (2 * B * S * E * X + k * 2 * B * S * F * E * 3 + 2 * B * S * E * (H + 2 * K) * D +
+                          2 * B * S * E * H * D + 2 * B * S * S * H * D) +
+                     2 * B * S * E * V;
+  EXPECT_DOUBLE_EQ(t.plan().flops().model_training(), 3 * fwd);
+  ASSERT_TRUE(m.moe_lb_loss.has_value());
+  // Near-balanced routing at initialisation scores about k * weight.
+  EXPECT_GT(*m.moe_lb_loss, 0.5 * k * 0.01);
+  EXPECT_LT(*m.moe_lb_loss, 2.0 * k * 0.01);
+  // Without the weight there is no aux loss and nothing logged.
+  std::ostringstream log2;
+  train::Trainer t2(small_config({"model_name=mixtral-test"}), log2);
+  EXPECT_FALSE(t2.step().moe_lb_loss.has_value());
+}
+
+TEST(Trainer, MixtureOfExpertsKeysAreChecked) {
+  std::ostringstream log;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"num_experts=4"},  // llama2 has a dense MLP
+        {"model_name=mixtral-test", "num_experts=1"},
+        {"model_name=mixtral-test", "num_experts_per_tok=5"},
+        {"model_name=mixtral-test", "capacity_factor=1.5"}}) {  // sparse_matmul=true is dropless
+    SCOPED_TRACE(bad.back());
+    try {
+      train::Trainer tr(small_config(bad), log);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("given twice"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Trainer, FractionalBatchIsRefused) {

@@ -6,7 +6,8 @@
 //
 // The entries live beside each other by family: op_dense.cc (matmul, add, glu, rms_norm),
 // op_attention.cc (rope, attention), op_vocab.cc (embedding, cross-entropy and their
-// vocab-parallel forms), op_collective.cc (tensor-parallel f and g), op_update.cc (AdamW, SGD).
+// vocab-parallel forms), op_collective.cc (tensor-parallel f and g), op_moe.cc (routing, load
+// balance, dispatch, grouped matmul, combine), op_update.cc (AdamW, SGD).
 // docs/architecture.md "Adding an op" walks through adding one.
 #pragma once
 
