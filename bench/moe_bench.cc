@@ -58,7 +58,7 @@ std::vector<int32_t> group_sizes(int64_t rows, int64_t experts, bool skewed) {
 
 int run(int argc, char** argv) {
   int64_t tokens = 4096, emb = 1024, mlp = 1024;
-  int reps = 9;
+  int reps = 21;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const size_t es = dtype_size(dt);
     const size_t bytes = static_cast<size_t>(R * std::max(emb, mlp)) * es * 4 +
-                         static_cast<size_t>(experts * emb * mlp) * (es + 4) + (size_t{1} << 20);
+                         static_cast<size_t>((experts + 1) * emb * mlp) * (es + 4) + (size_t{1} << 20);
     Arena arena(bytes, "moe_bench");
     auto make = [&](Shape s, DType d) {
       Tensor t(arena.allocate(static_cast<size_t>(s.numel()) * dtype_size(d)), s, d);
