@@ -1,8 +1,10 @@
 #include "tessera/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <utility>
 
 #include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
@@ -20,6 +22,16 @@ void check_config(const RopeConfig& c) {
                 "rope: max_positions must be in [1, 2^31], got {}", c.max_positions);
   TESSERA_CHECK(c.max_timescale > 1.0, ErrorKind::kConfig, "rope: rope_max_timescale must be > 1, got {}",
                 c.max_timescale);
+  if (c.scaling == RopeScaling::kYarn) {
+    const YarnRopeScaling& y = c.yarn;
+    TESSERA_CHECK(
+        y.factor >= 1 && y.beta_fast > y.beta_slow && y.beta_slow > 0 &&
+            y.original_max_position_embeddings > 0,
+        ErrorKind::kConfig,
+        "rope: yarn scaling needs rope_factor >= 1, beta_fast > beta_slow > 0 and "
+        "original_max_position_embeddings > 0; got factor {}, beta_fast {}, beta_slow {}, original {}",
+        y.factor, y.beta_fast, y.beta_slow, y.original_max_position_embeddings);
+  }
   if (c.scaling == RopeScaling::kLlama3) {
     const Llama3RopeScaling& l = c.llama3;
     TESSERA_CHECK(l.factor > 0 && l.low_freq_factor > 0 && l.high_freq_factor > l.low_freq_factor &&
@@ -29,6 +41,29 @@ void check_config(const RopeConfig& c) {
                   "original_max_position_embeddings > 0; got factor {}, low {}, high {}, original {}",
                   l.factor, l.low_freq_factor, l.high_freq_factor, l.original_max_position_embeddings);
   }
+}
+
+// YaRN's ramp between the interpolated and extrapolated frequencies (see rope.h): [low, high].
+std::pair<double, double> yarn_range(const YarnRopeScaling& y, double theta, int64_t d) {
+  auto corr = [&](double rotations) {
+    return static_cast<double>(d) * std::log(y.original_max_position_embeddings / (rotations * kTwoPi)) /
+           (2.0 * std::log(theta));
+  };
+  double low = corr(y.beta_fast), high = corr(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(d - 1));
+  if (high == low) high += 0.001;  // transformers' guard against a zero-width ramp
+  return {low, high};
+}
+
+double yarn_scale(double f, int64_t i, const YarnRopeScaling& y, double theta, int64_t d) {
+  const auto [low, high] = yarn_range(y, theta, d);
+  const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+  return f * (1.0 - ramp) + f / y.factor * ramp;
 }
 
 // Llama 3.1's piecewise rescaling of one inverse frequency (see rope.h).
@@ -86,14 +121,22 @@ void run_rope(const Tensor& x, const Tensor& positions, const RopeTable& table, 
 
 }  // namespace
 
+double YarnRopeScaling::attention_factor() const {
+  return attention_scaling ? 0.1 * std::log(factor) + 1.0 : 1.0;
+}
+
 RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
   check_config(config_);
   const int64_t half = config_.head_dim / 2, rows = config_.max_positions;
   inv_freq_.resize(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     double f = std::pow(config_.max_timescale, -2.0 * static_cast<double>(i) / config_.head_dim);
-    inv_freq_[i] = config_.scaling == RopeScaling::kLlama3 ? llama3_scale(f, config_.llama3) : f;
+    if (config_.scaling == RopeScaling::kLlama3) f = llama3_scale(f, config_.llama3);
+    if (config_.scaling == RopeScaling::kYarn)
+      f = yarn_scale(f, i, config_.yarn, config_.max_timescale, config_.head_dim);
+    inv_freq_[i] = f;
   }
+  const double att = config_.scaling == RopeScaling::kYarn ? config_.yarn.attention_factor() : 1.0;
   cos_.resize(static_cast<size_t>(rows * half));
   sin_.resize(static_cast<size_t>(rows * half));
   // Angles in double: p * f is exact to 2^-53 relative, so cos/sin round correctly to f32 even
@@ -102,8 +145,8 @@ RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
   for (int64_t p = 0; p < rows; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(p) * inv_freq_[i];
-      cos_[p * half + i] = static_cast<float>(std::cos(angle));
-      sin_[p * half + i] = static_cast<float>(std::sin(angle));
+      cos_[p * half + i] = static_cast<float>(att * std::cos(angle));
+      sin_[p * half + i] = static_cast<float>(att * std::sin(angle));
     }
   }
 }
@@ -133,6 +176,24 @@ std::vector<double> rope_inv_freq_ref(const RopeConfig& config) {
   std::vector<double> f(static_cast<size_t>(d / 2));
   for (int64_t i = 0; i < d / 2; ++i)
     f[i] = 1.0 / std::pow(config.max_timescale, static_cast<double>(2 * i) / d);
+  if (config.scaling == RopeScaling::kYarn) {  // written from the formula, apart from yarn_scale
+    const YarnRopeScaling& y = config.yarn;
+    auto corr = [&](double r) {
+      return d * std::log(y.original_max_position_embeddings / (r * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(config.max_timescale));
+    };
+    double low = y.truncate ? std::floor(corr(y.beta_fast)) : corr(y.beta_fast);
+    double high = y.truncate ? std::ceil(corr(y.beta_slow)) : corr(y.beta_slow);
+    low = low < 0 ? 0 : low;
+    high = high > d - 1 ? static_cast<double>(d - 1) : high;
+    if (high == low) high += 0.001;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      double ramp = (static_cast<double>(i) - low) / (high - low);
+      ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+      f[i] = f[i] / y.factor * ramp + f[i] * (1 - ramp);
+    }
+    return f;
+  }
   if (config.scaling != RopeScaling::kLlama3) return f;
   const Llama3RopeScaling& l = config.llama3;
   const double low_wavelen = l.original_max_position_embeddings / l.low_freq_factor;
@@ -153,6 +214,9 @@ void rope_ref(const RopeConfig& config, RopeLayout layout, bool inverse, const d
               int64_t tokens, int64_t heads, double* y) {
   const int64_t d = config.head_dim, half = d / 2;
   const std::vector<double> f = rope_inv_freq_ref(config);
+  const double att = config.scaling == RopeScaling::kYarn && config.yarn.attention_scaling
+                         ? 0.1 * std::log(config.yarn.factor) + 1.0
+                         : 1.0;
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
       const double* xh = x + (t * heads + h) * d;
@@ -162,8 +226,8 @@ void rope_ref(const RopeConfig& config, RopeLayout layout, bool inverse, const d
         const int64_t i1 = layout == RopeLayout::kRotateHalf ? i : 2 * i;
         const int64_t i2 = layout == RopeLayout::kRotateHalf ? i + half : 2 * i + 1;
         const double x1 = xh[i1], x2 = xh[i2];
-        yh[i1] = x1 * std::cos(angle) - x2 * std::sin(angle);
-        yh[i2] = x2 * std::cos(angle) + x1 * std::sin(angle);
+        yh[i1] = att * (x1 * std::cos(angle) - x2 * std::sin(angle));
+        yh[i2] = att * (x2 * std::cos(angle) + x1 * std::sin(angle));
       }
     }
   }

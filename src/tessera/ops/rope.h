@@ -17,13 +17,21 @@
 //   else: smooth = (orig / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor),
 //         f' = (1 - smooth) f / factor + smooth f.
 // No attention scaling comes with it (Hugging Face's attention_factor is 1 for llama3).
+// Or kYarn (rope_type "yarn", GPT-OSS and DeepSeek), as transformers' `_compute_yarn_parameters`:
+//   corr(r) = D ln(orig / (2 pi r)) / (2 ln theta);  low = max(corr(beta_fast), 0),
+//   high = min(corr(beta_slow), D - 1) (floored / ceiled first when truncate);
+//   ramp_i = clamp((i - low) / (high - low), 0, 1);  f'_i = f_i (1 - ramp_i) + f_i / factor ramp_i,
+// and an attention factor att = 0.1 ln(factor) + 1 (when attention_scaling; 1 otherwise) that
+// multiplies both cos and sin, so q·k grows by att^2; the inverse rotation carries it too (the
+// backward of y = att R x is att Rᵀ dy).
 //
 // Precision: the table is computed in double (angle, cos, sin) and stored in f32, so every entry
 // is the correctly rounded value. Hugging Face computes inv_freq and p * inv_freq in f32, whose
 // angle error grows with p (about 1e-3 rad near p = 8192); comparisons with its dumps need a
 // tolerance that grows with position.
 //
-// Left out: partial rotary (rotary dim < head dim), YaRN, linear scaling, MRoPE.
+// Left out: partial rotary (rotary dim < head dim), linear scaling, MRoPE, YaRN's mscale variants
+// (DeepSeek's mscale / mscale_all_dim).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +42,7 @@
 namespace tessera::ops {
 
 enum class RopeLayout { kRotateHalf, kInterleaved };
-enum class RopeScaling { kNone, kLlama3 };
+enum class RopeScaling { kNone, kLlama3, kYarn };
 
 // Llama 3.1's published values are the defaults.
 struct Llama3RopeScaling {
@@ -44,12 +52,24 @@ struct Llama3RopeScaling {
   double original_max_position_embeddings = 8192.0;
 };
 
+// GPT-OSS's values are the defaults.
+struct YarnRopeScaling {
+  double factor = 32.0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double original_max_position_embeddings = 4096.0;
+  bool truncate = false;
+  bool attention_scaling = true;
+  double attention_factor() const;  // 0.1 ln(factor) + 1, or 1
+};
+
 struct RopeConfig {
   double max_timescale = 10000.0;  // theta
   int64_t head_dim = 0;            // D, even
   int64_t max_positions = 0;       // table rows: positions 0 .. max_positions - 1
   RopeScaling scaling = RopeScaling::kNone;
   Llama3RopeScaling llama3;  // used when scaling == kLlama3
+  YarnRopeScaling yarn;      // used when scaling == kYarn
 };
 
 // cos/sin [max_positions, D/2] f32. Built once (std::vector, outside any step loop); threaded.
@@ -83,7 +103,8 @@ void rope_bwd(const Tensor& dy, const Tensor& positions, const RopeTable& table,
 int64_t rope_bytes(int64_t tokens, int64_t heads, int64_t head_dim, DType dtype, int64_t distinct_positions);
 
 // References in double, written apart from RopeTable: inverse frequencies (with scaling) straight
-// from the formula above, and the rotation of x [tokens, heads, D] by the angles of `pos`.
+// from the formula above, and the rotation of x [tokens, heads, D] by the angles of `pos` (times
+// YaRN's attention factor).
 std::vector<double> rope_inv_freq_ref(const RopeConfig& config);
 void rope_ref(const RopeConfig& config, RopeLayout layout, bool inverse, const double* x, const int32_t* pos,
               int64_t tokens, int64_t heads, double* y);
