@@ -49,6 +49,10 @@ backends::AttentionProblem check_problem(const char* op, const Tensor& q, const 
   TESSERA_CHECK_SHAPE(opt.block_q >= 0 && opt.block_k >= 0, "{}: block sizes must be >= 0, got {} and {}", op,
                       opt.block_q, opt.block_k);
   TESSERA_CHECK_SHAPE(T < (int64_t{1} << 30), "{}: T must be < 2^30, got {}", op, T);
+  if (opt.sinks.defined())
+    TESSERA_CHECK_SHAPE(
+        opt.sinks.dtype() == DType::kF32 && opt.sinks.shape() == Shape{H} && opt.sinks.is_contiguous(),
+        "{}: sinks must be float32 [{}] (one per query head), got {}", op, H, opt.sinks.str());
   const Tensor& seg = opt.segment_ids;
   if (seg.defined()) {
     TESSERA_CHECK_SHAPE(seg.rank() == 2 && seg.dim(0) == B && seg.dim(1) == T && seg.dtype() == DType::kI32 &&
@@ -77,7 +81,30 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const backends::AttentionProblem p = check_problem("attention_fwd", q, k, v, lse, opt);
   check_activation("attention_fwd", "out", out, p.B, p.T, p.H, p.D, q.dtype());
   if (p.B == 0 || p.T == 0) return;
-  backends::kernels_for(q).attention->forward(p, q.data(), k.data(), v.data(), out.data(), lse.ptr<float>());
+  const backends::AttentionKernels& kern = *backends::kernels_for(q).attention;
+  kern.forward(p, q.data(), k.data(), v.data(), out.data(), lse.ptr<float>());
+  if (opt.sinks.defined()) kern.apply_sinks(p, opt.sinks.ptr<float>(), out.data(), lse.ptr<float>());
+}
+
+void attention_sinks_bwd(const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& dsinks,
+                         const AttentionOptions& opt) {
+  const char* op = "attention_sinks_bwd";
+  TESSERA_CHECK_SHAPE(out.rank() == 4 && (out.dtype() == DType::kF32 || out.dtype() == DType::kBF16),
+                      "{}: out must be [B, T, H, D] float32 or bfloat16, got {}", op, out.str());
+  const int64_t B = out.dim(0), T = out.dim(1), H = out.dim(2), D = out.dim(3);
+  check_activation(op, "dout", dout, B, T, H, D, out.dtype());
+  check_activation(op, "out", out, B, T, H, D, out.dtype());
+  TESSERA_CHECK_SHAPE(lse.dtype() == DType::kF32 && lse.shape() == (Shape{B, H, T}) && lse.is_contiguous(),
+                      "{}: lse must be float32 [{}, {}, {}], got {}", op, B, H, T, lse.str());
+  for (const Tensor* t : {&opt.sinks, &dsinks})
+    TESSERA_CHECK_SHAPE(
+        t->defined() && t->dtype() == DType::kF32 && t->shape() == Shape{H} && t->is_contiguous(),
+        "{}: sinks and dsinks must be float32 [{}], got {}", op, H, t->defined() ? t->str() : "none");
+  if (B == 0 || T == 0) return;
+  backends::AttentionProblem p{};
+  p.B = B, p.T = T, p.H = H, p.Hkv = H, p.D = D, p.bf16 = out.dtype() == DType::kBF16;
+  backends::kernels_for(out).attention->sinks_backward(p, opt.sinks.ptr<float>(), dout.data(), out.data(),
+                                                       lse.ptr<float>(), dsinks.ptr<float>());
 }
 
 void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -146,7 +173,10 @@ double score_row_ref(const AttentionDims& d, const AttentionOptions& opt, const 
     }
     mx = std::max(mx, s[j]);
   }
-  double sum = 0;
+  const bool sink = opt.sinks.defined();
+  const double sink_logit = sink ? static_cast<double>(opt.sinks.ptr<float>()[h]) : 0.0;
+  if (sink) mx = std::max(mx, sink_logit);
+  double sum = sink ? std::exp(sink_logit - mx) : 0.0;
   for (int64_t j = 0; j < d.T; ++j) sum += std::isinf(s[j]) ? 0.0 : std::exp(s[j] - mx);
   const double lse = mx + std::log(sum);
   for (int64_t j = 0; j < d.T; ++j) (*p)[j] = std::isinf(s[j]) ? 0.0 : std::exp(s[j] - lse);
@@ -178,8 +208,9 @@ void attention_ref(const AttentionDims& d, const AttentionOptions& opt, const st
 void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, const std::vector<double>& dout,
                        const std::vector<double>& q, const std::vector<double>& k,
                        const std::vector<double>& v, std::vector<double>* dq, std::vector<double>* dk,
-                       std::vector<double>* dv, std::vector<double>* dq_terms,
-                       std::vector<double>* dk_terms) {
+                       std::vector<double>* dv, std::vector<double>* dq_terms, std::vector<double>* dk_terms,
+                       std::vector<double>* dsinks) {
+  if (dsinks) dsinks->assign(static_cast<size_t>(d.H), 0.0);
   dq->assign(d.B * d.T * d.H * d.D, 0.0);
   dk->assign(d.B * d.T * d.Hkv * d.D, 0.0);
   dv->assign(d.B * d.T * d.Hkv * d.D, 0.0);
@@ -190,7 +221,7 @@ void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, cons
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.H; ++h)
       for (int64_t i = 0; i < d.T; ++i) {
-        score_row_ref(d, opt, q, k, b, h, i, &t, &p);
+        const double lse = score_row_ref(d, opt, q, k, b, h, i, &t, &p);
         const int64_t hk = h / (d.H / d.Hkv), qi = ((b * d.T + i) * d.H + h) * d.D;
         double dsum = 0;
         for (int64_t j = 0; j < d.T; ++j) {
@@ -198,6 +229,8 @@ void attention_bwd_ref(const AttentionDims& d, const AttentionOptions& opt, cons
           for (int64_t x = 0; x < d.D; ++x) dp[j] += dout[qi + x] * v[((b * d.T + j) * d.Hkv + hk) * d.D + x];
           dsum += p[j] * dp[j];
         }
+        // The sink's value is zero (its dp is 0): its logit's gradient is p_sink (0 - dsum).
+        if (dsinks) (*dsinks)[h] -= std::exp(static_cast<double>(opt.sinks.ptr<float>()[h]) - lse) * dsum;
         for (int64_t j = 0; j < d.T; ++j) {
           if (p[j] == 0) continue;
           double ds = p[j] * (dp[j] - dsum);

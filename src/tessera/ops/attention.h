@@ -1,6 +1,6 @@
 // Scaled dot-product attention, FlashAttention-2 style: forward, backward, FLOP counts, and a
 // reference in double. Causal by default; GQA/MQA, sliding windows, packed segments and Gemma-2
-// logit soft-capping are options. Leaves out: dropout, attention sinks, ALiBi or other additive
+// logit soft-capping and attention sinks are options. Leaves out: dropout, ALiBi or other additive
 // biases, and a KV cache for decoding (the decode path calls this with T = prompt length).
 //
 // Shapes (row-major, contiguous; tokens of a sequence are rows, heads are a dimension):
@@ -25,6 +25,10 @@
 // cap costs one more exp and a division per score: ~12% of the forward, ~7% of the backward at
 // T = 1024, D = 64; nothing when off.
 // out = softmax(s over visible keys) @ v,  lse = log(sum over visible keys of exp(s)).
+// Sinks (GPT-OSS): sinks[h] is one more logit in every softmax of query head h, with a zero value:
+// lse = log(exp(sinks[h]) + sum exp(s)) and the probabilities of the keys sum to less than 1. The
+// sink is not scaled. attention_bwd needs nothing more (its probabilities come from that lse); the
+// sinks' own gradient is attention_sinks_bwd.
 //
 // Gradients (activation gradients, so OVERWRITTEN): dq; dk and dv sum over the H / Hkv query heads
 // that share each KV head. The backward recomputes the probabilities from lse and uses
@@ -51,6 +55,7 @@ struct AttentionOptions {
   int64_t sliding_window = 0;    // 0: none; else W >= 1 as described above
   Tensor segment_ids;            // int32 [B, T]; undefined: one segment per row
   float logits_soft_cap = 0.0f;  // 0: off
+  Tensor sinks;                  // f32 [H]: attention sinks (GPT-OSS), see below; undefined: none
   // Tile sizes (query positions, keys); 0 chooses them. For tests and tuning only: results do
   // not depend on them beyond float rounding.
   int64_t block_q = 0;
@@ -65,6 +70,11 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                    const AttentionOptions& opt = {});
+
+// dsinks f32 [H] += the gradient of sum(dout * out) with respect to opt.sinks, from the forward's out
+// and lse: -sum over (b, t) of exp(sinks[h] - lse) * (dout · out).
+void attention_sinks_bwd(const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& dsinks,
+                         const AttentionOptions& opt);
 
 // FLOPs as MaxText counts them: the two matmuls QK^T and PV, 2*T*T*D each per (batch, query
 // head) without a mask, i.e. 4*B*T^2*H*D non-causal; causal halves it to 2*B*T^2*H*D; a causal
@@ -94,6 +104,7 @@ void attention_bwd_ref(const AttentionDims& dims, const AttentionOptions& opt,
                        const std::vector<double>& dout, const std::vector<double>& q,
                        const std::vector<double>& k, const std::vector<double>& v, std::vector<double>* dq,
                        std::vector<double>* dk, std::vector<double>* dv,
-                       std::vector<double>* dq_terms = nullptr, std::vector<double>* dk_terms = nullptr);
+                       std::vector<double>* dq_terms = nullptr, std::vector<double>* dk_terms = nullptr,
+                       std::vector<double>* dsinks = nullptr);
 
 }  // namespace tessera::ops

@@ -29,5 +29,13 @@ struct AttentionKernels {
                    const void* out, const float* lse, void* dq, void* dk, void* dv);
   // y[i] = exp(x[i]) with the softmax's vectorised polynomial (exposed so tests check its error).
   void (*exp_f32)(const float* x, float* y, int64_t n);
+  // Attention sinks (GPT-OSS): one more logit sinks[h] per query head, with a zero value, in every
+  // softmax of head h. After forward: lse <- log(exp(lse) + exp(sinks[h])) and out scaled by
+  // exp(old lse - new lse). The backward then runs as is on that out and lse.
+  void (*apply_sinks)(const AttentionProblem& p, const float* sinks, void* out, float* lse);
+  // dsinks[h] += -sum over (b, t) of exp(sinks[h] - lse[b, h, t]) * (dout · out)[b, t, h] (lse and
+  // out with the sinks applied); summed in double, over (b, t) in order.
+  void (*sinks_backward)(const AttentionProblem& p, const float* sinks, const void* dout, const void* out,
+                         const float* lse, float* dsinks);
 };
 }  // namespace tessera::backends
