@@ -1,6 +1,7 @@
 #include "tessera/ops/activation.h"
 
 #include <cmath>
+#include <limits>
 
 #include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
@@ -46,9 +47,10 @@ Activation activation_from_name(std::string_view name) {
   if (name == "gelu") return Activation::kGeluTanh;
   if (name == "gelu_exact") return Activation::kGeluErf;
   if (name == "linear") return Activation::kLinear;
+  if (name == "swish_1702") return Activation::kSwish1702;
   fail(ErrorKind::kConfig,
        "unknown activation '{}'; expected one of: silu (or swish), gelu (tanh approximation, as "
-       "jax.nn.gelu), gelu_exact (erf, Hugging Face's \"gelu\"), linear",
+       "jax.nn.gelu), gelu_exact (erf, Hugging Face's \"gelu\"), linear, swish_1702 (GPT-OSS)",
        name);
 }
 
@@ -62,6 +64,8 @@ std::string_view activation_name(Activation act) {
       return "gelu";
     case Activation::kGeluErf:
       return "gelu_exact";
+    case Activation::kSwish1702:
+      return "swish_1702";
   }
   return "?";
 }
@@ -90,7 +94,16 @@ void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx
     k.act_bwd_bf16(act, x.ptr<uint16_t>(), dy.ptr<uint16_t>(), dx.ptr<uint16_t>(), x.numel());
 }
 
-void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& out) {
+namespace {
+backends::GluClamp clamp_of(const char* op, GluOptions opt) {
+  TESSERA_CHECK_SHAPE(opt.limit >= 0 && std::isfinite(opt.up_offset), "{}: limit {} must be >= 0 (0: none)",
+                      op, opt.limit);
+  return {.limit = opt.limit > 0 ? opt.limit : std::numeric_limits<float>::infinity(),
+          .up_offset = opt.up_offset};
+}
+}  // namespace
+
+void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& out, GluOptions opt) {
   check_float_dtype("glu_fwd", "gate", gate);
   check_like("glu_fwd", "up", up, gate, "gate");
   check_like("glu_fwd", "out", out, gate, "gate");
@@ -100,14 +113,15 @@ void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
                          f,
                          rows_of("glu_fwd", "gate", gate),
                          rows_of("glu_fwd", "up", up),
-                         mut_rows_of("glu_fwd", "out", out)};
+                         mut_rows_of("glu_fwd", "out", out),
+                         clamp_of("glu_fwd", opt)};
   if (a.rows == 0 || a.cols == 0) return;
   const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_fwd_f32 : k.glu_fwd_bf16)(a);
 }
 
 void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
-             const Tensor& dup) {
+             const Tensor& dup, GluOptions opt) {
   check_float_dtype("glu_bwd", "gate", gate);
   check_like("glu_bwd", "up", up, gate, "gate");
   check_like("glu_bwd", "dout", dout, gate, "gate");
@@ -121,7 +135,8 @@ void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor&
                          rows_of("glu_bwd", "up", up),
                          rows_of("glu_bwd", "dout", dout),
                          mut_rows_of("glu_bwd", "dgate", dgate),
-                         mut_rows_of("glu_bwd", "dup", dup)};
+                         mut_rows_of("glu_bwd", "dup", dup),
+                         clamp_of("glu_bwd", opt)};
   if (a.rows == 0 || a.cols == 0) return;
   const auto& k = *backends::kernels_for(gate).activation;
   (gate.dtype() == DType::kF32 ? k.glu_bwd_f32 : k.glu_bwd_bf16)(a);
@@ -173,6 +188,8 @@ double act_ref(Activation act, double x) {
       return x * sigmoid(2.0 * gelu_u(x));  // = 0.5 x (1 + tanh u)
     case Activation::kGeluErf:
       return x * normal_cdf(x);
+    case Activation::kSwish1702:
+      return x * sigmoid(1.702 * x);
   }
   return 0;
 }
@@ -194,6 +211,10 @@ double act_grad_ref(Activation act, double x) {
     }
     case Activation::kGeluErf:
       return normal_cdf(x) + x * normal_pdf(x);
+    case Activation::kSwish1702: {
+      const double s = sigmoid(1.702 * x);
+      return s + 1.702 * x * s * (1.0 - s);
+    }
   }
   return 0;
 }

@@ -9,6 +9,8 @@
 //   "gelu_exact"  x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), which is what Hugging Face and PyTorch
 //                 mean by plain "gelu" (BERT-style models). MaxText has no string for it.
 //   "linear"      identity; MaxText's [silu, linear] is SwiGLU: silu(x W_gate) * (x W_up).
+//   "swish_1702"  x * sigmoid(1.702 x): GPT-OSS's gate (MaxText hard-codes it for gpt_oss, whose
+//                 config says [sigmoid, linear]), with the clamps of GluOptions.
 // A checkpoint converter must map Hugging Face's "gelu" to Activation::kGeluErf, not to "gelu".
 //
 // Layout: gate, up and out are [N, F] (any rank; the last dimension is F). A rank-2 tensor may
@@ -40,12 +42,19 @@ void act_fwd(Activation act, const Tensor& x, const Tensor& y);
 // dx = dy * act'(x) (overwritten). All the same shape and dtype, contiguous; dx may alias dy.
 void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
-// out = act(gate) * up, elementwise over [N, F]. All one dtype (f32 or bf16).
-void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& out);
-// dgate = dout * up * act'(gate), dup = dout * act(gate) (both overwritten). dgate may alias
-// gate and dup may alias up.
+// GPT-OSS's clamps of the gated unit (backends/kernels/activation.h): limit 0 means none.
+struct GluOptions {
+  float limit = 0;      // mlp_activations_limit: gate <= limit, |up| <= limit
+  float up_offset = 0;  // added to the (clamped) up: GPT-OSS's + 1
+};
+
+// out = act(gate) * up, elementwise over [N, F] (with options: act(min(gate, limit)) *
+// (clamp(up, -limit, limit) + up_offset)). All one dtype (f32 or bf16).
+void glu_fwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& out, GluOptions opt = {});
+// dgate = dout * up * act'(gate), dup = dout * act(gate) (both overwritten; a clamped element's
+// input gets 0). dgate may alias gate and dup may alias up.
 void glu_bwd(Activation act, const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
-             const Tensor& dup);
+             const Tensor& dup, GluOptions opt = {});
 
 // Minimal memory traffic in bytes for n elements (act) or an [n, f] gated unit.
 int64_t act_fwd_bytes(int64_t n, DType dtype);             // read x, write y

@@ -240,6 +240,38 @@ void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& group_sizes,
   backends::kernels_for(c).gemm->grouped_gemm(s, sizes, a.data(), b.data(), c.data());
 }
 
+namespace {
+int64_t check_grouped_rows(const char* op, const Tensor& x, const Tensor& group_sizes, const Tensor& bias) {
+  check_act(op, "x", x, -1, -1);
+  TESSERA_CHECK_SHAPE(group_sizes.defined() && group_sizes.dtype() == DType::kI32 && group_sizes.rank() == 1,
+                      "{}: group_sizes must be int32 [G], got {}", op, group_sizes.str());
+  const int64_t g = group_sizes.dim(0);
+  TESSERA_CHECK_SHAPE(bias.defined() && bias.dtype() == DType::kF32 && bias.shape() == (Shape{g, x.dim(1)}) &&
+                          bias.is_contiguous(),
+                      "{}: the bias must be float32 [{}, {}], got {}", op, g, x.dim(1), bias.str());
+  int64_t total = 0;
+  for (int64_t i = 0; i < g; ++i) total += group_sizes.ptr<int32_t>()[i];
+  TESSERA_CHECK(total <= x.dim(0), ErrorKind::kRuntime, "{}: the groups hold {} rows but the buffer has {}",
+                op, total, x.dim(0));
+  return g;
+}
+}  // namespace
+
+void grouped_bias_add(const Tensor& x, const Tensor& bias, const Tensor& group_sizes, const Tensor& y) {
+  const int64_t g = check_grouped_rows("grouped_bias_add", x, group_sizes, bias);
+  check_act("grouped_bias_add", "y", y, x.dim(0), x.dim(1));
+  TESSERA_CHECK_SHAPE(y.dtype() == x.dtype(), "grouped_bias_add: y {} must have x's dtype", y.str());
+  backends::kernels_for(x).moe->grouped_bias_add(x.dim(0), x.dim(1), g, group_sizes.ptr<int32_t>(),
+                                                 x.dtype() == DType::kBF16, x.data(), bias.ptr<float>(),
+                                                 y.data());
+}
+
+void grouped_bias_grad(const Tensor& dy, const Tensor& group_sizes, const Tensor& dbias) {
+  const int64_t g = check_grouped_rows("grouped_bias_grad", dy, group_sizes, dbias);
+  backends::kernels_for(dy).moe->grouped_bias_grad(dy.dim(0), dy.dim(1), g, group_sizes.ptr<int32_t>(),
+                                                   dy.dtype() == DType::kBF16, dy.data(), dbias.ptr<float>());
+}
+
 // ---- references ------------------------------------------------------------------------------------
 
 void moe_route_ref(const std::vector<double>& logits, int64_t n, int64_t x, int64_t k,

@@ -67,6 +67,12 @@ struct GroupedMatmulOptions {
 void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& group_sizes, const Tensor& c,
                     GroupedMatmulOptions opts = {});
 
+// The experts' biases on grouped rows (GPT-OSS): y[r] = x[r] + bias[g] for the rows of group g
+// (x, y [R, C] of one dtype, bias f32 [G, C]; y may alias x); and dbias[g] += the sum of group g's
+// rows of dy.
+void grouped_bias_add(const Tensor& x, const Tensor& bias, const Tensor& group_sizes, const Tensor& y);
+void grouped_bias_grad(const Tensor& dy, const Tensor& group_sizes, const Tensor& dbias);
+
 // References in double (row-major, the same contracts).
 void moe_route_ref(const std::vector<double>& logits, int64_t n, int64_t x, int64_t k,
                    std::vector<double>& weights, std::vector<int32_t>& experts);

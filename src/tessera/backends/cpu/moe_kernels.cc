@@ -272,6 +272,43 @@ void combine_backward(const MoeDispatchProblem& p, const void* dy, const void* y
   }
 }
 
+void grouped_bias_add(int64_t rows, int64_t cols, int64_t groups, const int32_t* group_sizes, bool bf16,
+                      const void* x, const float* bias, void* y) {
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t n = group_sizes[g];
+    const float* b = bias + g * cols;
+#pragma omp parallel for schedule(static) if (n * cols > 65536)
+    for (int64_t r = r0; r < r0 + n; ++r) {
+      float* row = scratch(cols, 0);
+      load_row(x, r, cols, bf16, row);
+      for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
+      store_row(y, r, cols, bf16, row);
+    }
+    r0 += n;
+  }
+  if (x != y && r0 < rows)
+    std::memcpy(static_cast<char*>(y) + static_cast<size_t>(r0 * cols) * (bf16 ? 2 : 4),
+                static_cast<const char*>(x) + static_cast<size_t>(r0 * cols) * (bf16 ? 2 : 4),
+                static_cast<size_t>((rows - r0) * cols) * (bf16 ? 2 : 4));
+}
+
+void grouped_bias_grad(int64_t rows, int64_t cols, int64_t groups, const int32_t* group_sizes, bool bf16,
+                       const void* dy, float* dbias) {
+  (void)rows;
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t n = group_sizes[g];
+#pragma omp parallel for schedule(static) if (n * cols > 65536)
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum = 0;
+      for (int64_t r = r0; r < r0 + n; ++r) sum += load(dy, r * cols + c, bf16);
+      dbias[g * cols + c] += static_cast<float>(sum);
+    }
+    r0 += n;
+  }
+}
+
 }  // namespace
 
 const backends::MoeKernels kMoeKernels{.route = route,
@@ -281,6 +318,8 @@ const backends::MoeKernels kMoeKernels{.route = route,
                                        .dispatch = dispatch,
                                        .dispatch_backward = dispatch_backward,
                                        .combine = combine,
-                                       .combine_backward = combine_backward};
+                                       .combine_backward = combine_backward,
+                                       .grouped_bias_add = grouped_bias_add,
+                                       .grouped_bias_grad = grouped_bias_grad};
 
 }  // namespace tessera::cpu

@@ -7,15 +7,25 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace tessera::backends {
 
 // Which nonlinearity. See ops/activation.h for the names (MaxText's mlp_activations strings).
 enum class Activation : uint8_t {
-  kLinear,    // x
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); = 0.5 x (1 + tanh u)
-  kGeluErf,   // x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+  kLinear,     // x
+  kSilu,       // x * sigmoid(x)
+  kGeluTanh,   // x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); = 0.5 x (1 + tanh u)
+  kGeluErf,    // x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+  kSwish1702,  // x * sigmoid(1.702 x): GPT-OSS's gate (MaxText's [sigmoid, linear] for gpt_oss)
+};
+
+// The gated unit's clamps (GPT-OSS): gate' = min(gate, limit), up' = clamp(up, -limit, limit),
+// out = act(gate') * (up' + up_offset). limit = +inf and up_offset = 0 are the plain unit; where a
+// clamp is active its input gets no gradient.
+struct GluClamp {
+  float limit = std::numeric_limits<float>::infinity();
+  float up_offset = 0;
 };
 
 // The simd_math.h functions, for tests of their accuracy as compiled in each ISA build.
@@ -32,20 +42,24 @@ struct MutRows {
   int64_t ld;
 };
 
-// out[r, j] = act(gate[r, j]) * up[r, j] for r < rows, j < cols. All in one dtype.
+// out[r, j] = act(gate'[r, j]) * (up'[r, j] + up_offset) for r < rows, j < cols (GluClamp). All in
+// one dtype.
 struct GluFwdArgs {
   Activation act;
   int64_t rows, cols;
   ConstRows gate, up;
   MutRows out;
+  GluClamp clamp;
 };
 
-// dgate = dout * up * act'(gate); dup = dout * act(gate); both overwritten.
+// dgate = dout * (up' + up_offset) * act'(gate') [gate <= limit]; dup = dout * act(gate')
+// [|up| <= limit]; both overwritten.
 struct GluBwdArgs {
   Activation act;
   int64_t rows, cols;
   ConstRows gate, up, dout;
   MutRows dgate, dup;
+  GluClamp clamp;
 };
 
 struct ActivationKernels {

@@ -58,6 +58,13 @@ struct MoeKernels {
   // dweights [N, k] = <dy[n], ys[rows[a]]> (0 when dropped).
   void (*combine_backward)(const MoeDispatchProblem& p, const void* dy, const void* ys, const float* weights,
                            const int32_t* rows, void* dys, float* dweights);
+  // The experts' biases (GPT-OSS) on the grouped rows x [rows, cols]: y[r] = x[r] + bias[g] for the
+  // rows of group g (bias f32 [groups, cols]); rows after the groups are copied. y may alias x.
+  void (*grouped_bias_add)(int64_t rows, int64_t cols, int64_t groups, const int32_t* group_sizes, bool bf16,
+                           const void* x, const float* bias, void* y);
+  // dbias[g] += the sum of group g's rows of dy (in double, per column).
+  void (*grouped_bias_grad)(int64_t rows, int64_t cols, int64_t groups, const int32_t* group_sizes, bool bf16,
+                            const void* dy, float* dbias);
 };
 
 }  // namespace tessera::backends
