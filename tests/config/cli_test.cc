@@ -161,7 +161,6 @@ TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
            {"eval_interval=5", "eval_steps=2", "per_device_batch_size=2", "eval_per_device_batch_size=3"},
            {"scan_layers=true"},
            {"adam_eps_root=1e-8"},
-           {"rope_type=yarn"},
            {"attention_type=chunk"}}) {
     SCOPED_TRACE(opts[0]);
     std::vector<std::string> argv = {"train", base(), "run_name=refuse", outputs(), "model_name=llama-test"};

@@ -48,6 +48,13 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       // Meta's Llama releases.
       {"llama2-7b", 6'738'415'616, 0},
       {"llama3-8b", 8'030'261'248, 0},
+      // Mistral AI's Mixtral 8x7B checkpoint, exactly; 8x22B's model card (141 B, rounded).
+      {"mixtral-8x7b", 46'702'792'704, 0},
+      {"mixtral-8x22b", 141.0e9, 0.5 / 141},
+      // OpenAI's gpt-oss model card (20.91 B and 116.83 B); the write-up's MoE "about 3.5 B".
+      {"gpt-oss-20b", 20.91e9, 0.005 / 20.91},
+      {"gpt-oss-120b", 116.83e9, 0.005 / 116.83},
+      {"gpt-oss-3.5b", 3.5e9, 0.05},
   };
   for (const Preset& p : presets) {
     SCOPED_TRACE(p.model_name);
@@ -65,7 +72,7 @@ TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
   } catch (const Error& e) {
     EXPECT_NE(
         std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
-                                   "mistral, default, gpt3, qwen2, qwen3, mixtral)"),
+                                   "mistral, default, gpt3, qwen2, qwen3, mixtral, gpt_oss)"),
         std::string::npos)
         << e.what();
   }

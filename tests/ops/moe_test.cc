@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "tessera/ops/activation.h"
+#include "tessera/ops/attention.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
@@ -249,6 +250,129 @@ TEST(MoeLayer, CapacityDroppingMatchesADoubleEvaluation) {
       }
     EXPECT_TRUE(all_close(to_vector(y), want, 1e-5, 1e-6));
   }
+}
+
+// GPT-OSS's clamped SwiGLU: out = (clamp(u, -L, L) + 1) * g' sigmoid(1.702 g'), g' = min(g, L);
+// forward against that formula in double, backward against its central differences (inputs kept
+// 1e-3 away from the clamps' kinks).
+void put(const Tensor& t, int64_t i, double v) {
+  if (t.dtype() == DType::kBF16)
+    t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v));
+  else
+    t.ptr<float>()[i] = static_cast<float>(v);
+}
+
+double gpt_oss_glu(double g, double u, double lim) {
+  const double gc = std::min(g, lim), uc = std::clamp(u, -lim, lim);
+  return (uc + 1.0) * gc / (1.0 + std::exp(-1.702 * gc));
+}
+
+TEST(GluClamp, GptOssSwigluMatchesItsFormulaAndFiniteDifferences) {
+  const int64_t N = 7, F = 37;
+  const float lim = 7.0f;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    OwnedTensor g(Shape{N, F}, dt), u(Shape{N, F}, dt), out(Shape{N, F}, dt), d(Shape{N, F}, dt);
+    OwnedTensor dg(Shape{N, F}, dt), du(Shape{N, F}, dt);
+    std::vector<double> gv = fill_uniform(g, 21, -10, 10), uv = fill_uniform(u, 22, -10, 10);
+    const std::vector<double> dv = fill_uniform(d, 23);
+    for (size_t i = 0; i < gv.size(); ++i)  // off the kinks at +-7
+      if (std::abs(std::abs(gv[i]) - lim) < 1e-2 || std::abs(std::abs(uv[i]) - lim) < 1e-2) {
+        gv[i] = uv[i] = 0.5;
+        put(g, static_cast<int64_t>(i), 0.5);
+        put(u, static_cast<int64_t>(i), 0.5);
+      }
+    const ops::GluOptions opt{.limit = lim, .up_offset = 1.0f};
+    ops::glu_fwd(ops::Activation::kSwish1702, g, u, out, opt);
+    ops::glu_bwd(ops::Activation::kSwish1702, g, u, d, dg, du, opt);
+    std::vector<double> want(gv.size()), wg(gv.size()), wu(gv.size());
+    for (size_t i = 0; i < gv.size(); ++i) {
+      want[i] = gpt_oss_glu(gv[i], uv[i], lim);
+      const double h = 1e-6;
+      wg[i] = dv[i] * (gpt_oss_glu(gv[i] + h, uv[i], lim) - gpt_oss_glu(gv[i] - h, uv[i], lim)) / (2 * h);
+      wu[i] = dv[i] * (gpt_oss_glu(gv[i], uv[i] + h, lim) - gpt_oss_glu(gv[i], uv[i] - h, lim)) / (2 * h);
+    }
+    const double tol = dt == DType::kF32 ? 1e-5 : 1e-2;
+    EXPECT_TRUE(all_close(to_vector(out), want, tol, tol));
+    EXPECT_TRUE(all_close(to_vector(dg), wg, tol, tol));
+    EXPECT_TRUE(all_close(to_vector(du), wu, tol, tol));
+  }
+}
+
+TEST(GroupedBias, AddsEachGroupsBiasAndSumsItsGradient) {
+  const int64_t G = 3, C = 5, R = 12;
+  const std::vector<int32_t> gs = {4, 0, 6};  // 10 rows, 2 after the groups
+  OwnedTensor sizes(Shape{G}, DType::kI32), x(Shape{R, C}, DType::kF32), b(Shape{G, C}, DType::kF32),
+      y(Shape{R, C}, DType::kF32), db(Shape{G, C}, DType::kF32);
+  std::copy(gs.begin(), gs.end(), sizes.t.ptr<int32_t>());
+  const std::vector<double> xv = fill_uniform(x, 31), bv = fill_uniform(b, 32);
+  std::fill(db.t.ptr<float>(), db.t.ptr<float>() + G * C, 0.0f);
+  ops::grouped_bias_add(x, b, sizes, y);
+  ops::grouped_bias_grad(x, sizes, db);
+  std::vector<double> want = xv, wdb(static_cast<size_t>(G * C), 0.0);
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t r = r0; r < r0 + gs[static_cast<size_t>(g)]; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        want[static_cast<size_t>(r * C + c)] += bv[static_cast<size_t>(g * C + c)];
+        wdb[static_cast<size_t>(g * C + c)] += xv[static_cast<size_t>(r * C + c)];
+      }
+    r0 += gs[static_cast<size_t>(g)];
+  }
+  EXPECT_TRUE(all_close(to_vector(y), want, 1e-6, 1e-7));
+  EXPECT_TRUE(all_close(to_vector(db), wdb, 1e-6, 1e-7));
+}
+
+// Sinks: attention with one extra logit per head against the double reference, and the sinks'
+// gradient against central differences of the reference.
+TEST(AttentionSinks, ForwardAndSinkGradientMatchTheReference) {
+  const int64_t B = 2, T = 9, H = 4, Hkv = 2, D = 8;
+  OwnedTensor q(Shape{B, T, H, D}, DType::kF32), k(Shape{B, T, Hkv, D}, DType::kF32),
+      v(Shape{B, T, Hkv, D}, DType::kF32);
+  OwnedTensor out(Shape{B, T, H, D}, DType::kF32), lse(Shape{B, H, T}, DType::kF32),
+      sinks(Shape{H}, DType::kF32);
+  OwnedTensor dout(Shape{B, T, H, D}, DType::kF32), dsinks(Shape{H}, DType::kF32);
+  OwnedTensor dq(Shape{B, T, H, D}, DType::kF32), dk(Shape{B, T, Hkv, D}, DType::kF32),
+      dv(Shape{B, T, Hkv, D}, DType::kF32);
+  const std::vector<double> qv = fill_uniform(q, 41), kv = fill_uniform(k, 42), vv = fill_uniform(v, 43);
+  const std::vector<double> sv = fill_uniform(sinks, 44, -1, 2), dov = fill_uniform(dout, 45);
+  ops::AttentionOptions opt;
+  opt.sliding_window = 4;
+  opt.sinks = sinks;
+  ops::attention_fwd(q, k, v, out, lse, opt);
+  const ops::AttentionDims dims{B, T, H, Hkv, D};
+  std::vector<double> ro, rl;
+  ops::attention_ref(dims, opt, qv, kv, vv, &ro, &rl);
+  EXPECT_TRUE(all_close(to_vector(out), ro, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(to_vector(lse), rl, 1e-5, 1e-6));
+  ops::attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, opt);
+  std::fill(dsinks.t.ptr<float>(), dsinks.t.ptr<float>() + H, 0.0f);
+  ops::attention_sinks_bwd(dout, out, lse, dsinks, opt);
+  std::vector<double> rdq, rdk, rdv, rds;
+  ops::attention_bwd_ref(dims, opt, dov, qv, kv, vv, &rdq, &rdk, &rdv, nullptr, nullptr, &rds);
+  EXPECT_TRUE(all_close(to_vector(dq), rdq, 1e-4, 1e-6));
+  EXPECT_TRUE(all_close(to_vector(dk), rdk, 1e-4, 1e-6));
+  EXPECT_TRUE(all_close(to_vector(dv), rdv, 1e-4, 1e-6));
+  EXPECT_TRUE(all_close(to_vector(dsinks), rds, 1e-4, 1e-6));
+  // The reference's sink gradient against central differences of sum(dout * out).
+  std::vector<double> fd(static_cast<size_t>(H));
+  for (int64_t h = 0; h < H; ++h) {
+    double f[2];
+    for (int side = 0; side < 2; ++side) {
+      OwnedTensor s2(Shape{H}, DType::kF32);
+      std::copy(sinks.t.ptr<float>(), sinks.t.ptr<float>() + H, s2.t.ptr<float>());
+      s2.t.ptr<float>()[h] += side ? 1e-3f : -1e-3f;
+      ops::AttentionOptions o2 = opt;
+      o2.sinks = s2;
+      std::vector<double> o, l;
+      ops::attention_ref(dims, o2, qv, kv, vv, &o, &l);
+      f[side] = std::inner_product(o.begin(), o.end(), dov.begin(), 0.0);
+    }
+    const double step = (static_cast<double>(sinks.t.ptr<float>()[h] + 1e-3f) -
+                         static_cast<double>(sinks.t.ptr<float>()[h] - 1e-3f));
+    fd[static_cast<size_t>(h)] = (f[1] - f[0]) / step;
+  }
+  EXPECT_TRUE(all_close(rds, fd, 1e-5, 1e-7));
 }
 
 }  // namespace

@@ -118,8 +118,17 @@ struct Config {
   int64_t trainable_position_size;
   bool attention_bias;
   bool use_qk_norm;
+  bool attention_sink;
+  bool mlp_bias;
+  double mlp_activations_limit;
   std::string rope_type;
   int64_t rope_max_timescale;
+  double rope_factor;
+  double beta_fast;
+  double beta_slow;
+  int64_t original_max_position_embeddings;
+  bool rope_truncate;
+  bool rope_attention_scaling;
   std::string attention_type;
   int64_t sliding_window_size;
   std::string dtype;
@@ -134,6 +143,7 @@ struct Config {
   bool sparse_matmul;
   double capacity_factor;
   double load_balance_loss_weight;
+  bool routed_bias;
 
   // memory
   std::string remat_policy;

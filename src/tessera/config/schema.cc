@@ -142,10 +142,29 @@ void add_model_keys(std::vector<FieldSpec>& t) {
             "the output projection).");
   g.boolean("use_qk_norm", &Config::use_qk_norm, "false",
             "RMSNorm over each head of the queries and keys before RoPE (qwen3 always has it).");
+  g.boolean("attention_sink", &Config::attention_sink, "false",
+            "One learned logit per query head in every attention softmax, with a zero value (gpt_oss "
+            "always has them).");
+  g.boolean("mlp_bias", &Config::mlp_bias, "false",
+            "Biases on the MLP's (and the experts') projections (gpt3 and gpt_oss always have them).");
+  g.real("mlp_activations_limit", &Config::mlp_activations_limit, "-1.0", or_minus_one(above(0), "no clamp"),
+         "gpt_oss: the gate is clamped to at most this and the up projection to +-this (GPT-OSS: 7.0).");
   g.choice("rope_type", &Config::rope_type, "default", {"default", "llama3.1", "yarn"}, {},
            "Rotary embedding variant: plain RoPE, Llama 3.1 frequency scaling, or YaRN.");
   g.integer("rope_max_timescale", &Config::rope_max_timescale, "10000", at_least(1),
             "RoPE base wavelength (theta).");
+  g.real("rope_factor", &Config::rope_factor, "40.0", at_least(1),
+         "rope_type=yarn: the context extension factor (the low frequencies are divided by it).");
+  g.real("beta_fast", &Config::beta_fast, "32.0", above(0),
+         "rope_type=yarn: rotations over the original context above which a frequency is kept as is.");
+  g.real("beta_slow", &Config::beta_slow, "1.0", above(0),
+         "rope_type=yarn: rotations below which a frequency is fully interpolated (divided by rope_factor).");
+  g.integer("original_max_position_embeddings", &Config::original_max_position_embeddings, "4096",
+            at_least(1), "rope_type=yarn: the context length the model was pre-trained with.");
+  g.boolean("rope_truncate", &Config::rope_truncate, "true",
+            "rope_type=yarn: round the ramp's ends to whole dimensions (GPT-OSS: false).");
+  g.boolean("rope_attention_scaling", &Config::rope_attention_scaling, "false",
+            "rope_type=yarn: scale cos and sin by 0.1 ln(rope_factor) + 1 (GPT-OSS: true).");
   g.choice("attention_type", &Config::attention_type, "global",
            {"global", "local_sliding", "chunk", "mla", "full", "compressed", "block_diffusion"}, {},
            "Attention variant (MaxText's names): global causal, local_sliding uses "
@@ -178,6 +197,8 @@ void add_model_keys(std::vector<FieldSpec>& t) {
   moe.real("load_balance_loss_weight", &Config::load_balance_loss_weight, "0.0", at_least(0),
            "Weight of the load-balance loss (MaxText's, per sequence, averaged over MoE layers), added to "
            "the loss and logged as moe_lb_loss.");
+  moe.boolean("routed_bias", &Config::routed_bias, "false",
+              "A learned bias on the router's logits (gpt_oss always has it).");
 }
 
 void add_memory_and_training_keys(std::vector<FieldSpec>& t) {

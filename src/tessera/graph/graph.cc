@@ -130,14 +130,19 @@ ValueId Graph::rope(ValueId x, ValueId positions, int batch, int seq, int heads,
 }
 
 ValueId Graph::attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
-                         const std::string& name) {
+                         const std::string& name, ValueId sinks) {
   std::vector<ValueId> in = {q, k, v};
   if (segment_ids != kNoValue) in.push_back(segment_ids);
-  return add_op(OpKind::kAttention, std::move(in), shape, name, "context");
+  AttentionAttrs a = shape;
+  a.sinks = sinks != kNoValue;
+  if (a.sinks) in.push_back(sinks);
+  return add_op(OpKind::kAttention, std::move(in), a, name, "context");
 }
 
-ValueId Graph::glu(int act, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt) {
-  return add_op(OpKind::kGlu, {gate, up}, ActivationAttrs{.activation = act}, name, ckpt);
+ValueId Graph::glu(int act, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt,
+                   float limit, float up_offset) {
+  return add_op(OpKind::kGlu, {gate, up},
+                ActivationAttrs{.activation = act, .limit = limit, .up_offset = up_offset}, name, ckpt);
 }
 
 ValueId Graph::activation(int act, ValueId x, const std::string& name, const std::string& ckpt) {
@@ -185,6 +190,10 @@ ValueId Graph::grouped_matmul(ValueId xs, ValueId w, ValueId group_sizes, int64_
 ValueId Graph::moe_combine(ValueId ys, ValueId weights, ValueId rows, const MoeAttrs& a,
                            const std::string& name) {
   return add_op(OpKind::kMoeCombine, {ys, weights, rows}, a, name);
+}
+
+ValueId Graph::grouped_bias_add(ValueId xs, ValueId bias, ValueId group_sizes, const std::string& name) {
+  return add_op(OpKind::kGroupedBiasAdd, {xs, bias, group_sizes}, std::monostate{}, name);
 }
 
 std::vector<ValueId> Graph::params() const {

@@ -91,8 +91,8 @@ enum class OpKind {
   kMatmul,             // in: a, b                              out: c   (attrs.trans_a/b, accumulate)
   kRope,               // in: x [N,H*D], positions [B,T]        out: y
   kRopeBwd,            // in: dy, positions                     out: dx
-  kAttention,          // in: q, k, v, segment_ids              out: o [N,H*D], lse [B,H,T]
-  kAttentionBwd,       // in: do, q, k, v, o, lse, segment_ids  out: dq, dk, dv
+  kAttention,          // in: q, k, v, segment_ids [, sinks]    out: o [N,H*D], lse [B,H,T]
+  kAttentionBwd,       // in: do, q, k, v, o, lse, seg [, sinks] out: dq, dk, dv [, dsinks (accumulated)]
   kGlu,                // in: gate [N,F], up [N,F]              out: y [N,F]
   kGluBwd,             // in: dy, gate, up                      out: dgate, dup
   kAdd,                // in: a, b                              out: a + b
@@ -119,11 +119,13 @@ enum class OpKind {
   kMoeLoadBalanceBwd,  // in: dloss [1], logits, experts        out: dlogits [N,X]
   kMoeDispatch,        // in: x [N,E], experts [N,k]            out: xs [R,E], rows [N*k] i32, sizes [X] i32
   kMoeDispatchBwd,     // in: dxs [R,E], rows                   out: dx [N,E]
-  kGroupedMatmul,  // in: a, b, group_sizes                 out: c   (attrs.trans_b, weight_grad, accumulate)
-  kMoeCombine,     // in: ys [R,E], weights [N,k], rows     out: y [N,E]
-  kMoeCombineBwd,  // in: dy, ys, weights, rows             out: dys [R,E], dweights [N,k]
-  kAdamW,          // in: param grad m v [compute copy]     (updates in place)
-  kSgd,            // in: param grad [compute copy]         (updates in place)
+  kGroupedMatmul,   // in: a, b, group_sizes                 out: c   (attrs.trans_b, weight_grad, accumulate)
+  kMoeCombine,      // in: ys [R,E], weights [N,k], rows     out: y [N,E]
+  kMoeCombineBwd,   // in: dy, ys, weights, rows             out: dys [R,E], dweights [N,k]
+  kGroupedBiasAdd,  // in: x [R,C], bias [X,C] f32, sizes    out: y = x + bias of the row's group
+  kGroupedBiasGrad,  // in: dy [R,C], sizes                   out: dbias (accumulated)
+  kAdamW,            // in: param grad m v [compute copy]     (updates in place)
+  kSgd,              // in: param grad [compute copy]         (updates in place)
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSgd) + 1;  // the last kind above, plus one
 
@@ -144,9 +146,12 @@ struct RopeAttrs {  // x [N, heads*D] seen as [B, T, heads, D]
 struct AttentionAttrs {  // q [N, heads*D], k and v [N, kv_heads*D], as [B, T, heads, D]
   int batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t sliding_window = 0;  // 0: full causal
+  bool sinks = false;          // the last input is the sinks [heads] f32 (ops/attention.h)
 };
 struct ActivationAttrs {  // glu and activation
   int activation = 0;     // ops::Activation as int
+  float limit = 0;        // glu: GPT-OSS's clamps (ops::GluOptions); 0: none
+  float up_offset = 0;
 };
 // The vocab-parallel forms hold ids [vocab_offset, vocab_offset + rows) of the V in their shard.
 struct EmbeddingAttrs {
@@ -222,9 +227,12 @@ class Graph {
                  bool trans_b = false);
   ValueId rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,
                const std::string& name);
+  // `sinks` (kNoValue: none) is an f32 parameter [heads]; shape.sinks is set from it.
   ValueId attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
-                    const std::string& name);
-  ValueId glu(int activation, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt);
+                    const std::string& name, ValueId sinks = kNoValue);
+  // act(gate) * up; with limit > 0, GPT-OSS's act(min(gate, limit)) * (clamp(up, ±limit) + up_offset).
+  ValueId glu(int activation, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt,
+              float limit = 0, float up_offset = 0);
   // y = act(x), the plain (non-gated) MLP's activation.
   ValueId activation(int activation, ValueId x, const std::string& name, const std::string& ckpt);
   // LayerNorm with a bias (beta) over the rows of x [N, C].
@@ -250,6 +258,8 @@ class Graph {
   ValueId grouped_matmul(ValueId xs, ValueId w, ValueId group_sizes, int64_t useful_rows,
                          const std::string& name, const std::string& ckpt = "");
   ValueId moe_combine(ValueId ys, ValueId weights, ValueId rows, const MoeAttrs& a, const std::string& name);
+  // xs [R, C] + the bias [X, C] (an f32 parameter) of each row's expert (GPT-OSS's expert biases).
+  ValueId grouped_bias_add(ValueId xs, ValueId bias, ValueId group_sizes, const std::string& name);
 
   // --- tensor parallelism (see the file comment). Records the tensor mesh axis the graph is to be
   // sharded for; size 1 (the default) is the one-device graph. sharding.h's pass reads it.

@@ -83,6 +83,8 @@ void attention_shard(ShardBuilder& sb, Node n) {
                 "kv_heads in logical_axis_rules)",
                 n.name);
   AttentionAttrs& a = n.attr<AttentionAttrs>();
+  TESSERA_CHECK(!a.sinks || sb.shard(n.in.back()).split() == tp.split(), ErrorKind::kConfig,
+                "{}: the attention sinks must be split over the tensor axis like the query heads", n.name);
   a.heads = static_cast<int>(g.value(n.in[0]).shape[1] / a.head_dim);
   a.kv_heads = static_cast<int>(g.value(n.in[1]).shape[1] / a.head_dim);
   sb.set_shard(n.out[0], tp);
@@ -92,17 +94,26 @@ void attention_shard(ShardBuilder& sb, Node n) {
 void attention_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   ValueId dq = gb.grad_value(f.in[0]), dk = gb.grad_value(f.in[1]), dv = gb.grad_value(f.in[2]);
   std::vector<ValueId> in = {dy, f.in[0], f.in[1], f.in[2], f.out[0], f.out[1]};
-  if (f.in.size() > 3) in.push_back(f.in[3]);
-  gb.add(gb.node(OpKind::kAttentionBwd, in, {dq, dk, dv}, ".bwd"));
+  in.insert(in.end(), f.in.begin() + 3, f.in.end());  // segment ids, sinks
+  std::vector<ValueId> out = {dq, dk, dv};
+  if (f.attr<AttentionAttrs>().sinks) {
+    TESSERA_ASSERT(gb.is_param(f.in.back()));
+    out.push_back(gb.param_grad(f.in.back()));
+  }
+  gb.add(gb.node(OpKind::kAttentionBwd, in, out, ".bwd"));
   gb.contribute(f.in[0], dq);
   gb.contribute(f.in[1], dk);
   gb.contribute(f.in[2], dv);
 }
 
+// The node's segment ids sit at seg_index when present; its sinks, when it has them, last.
 ops::AttentionOptions attention_options(const RunContext& c, const Node& n, size_t seg_index) {
   ops::AttentionOptions o;
-  o.sliding_window = n.attr<AttentionAttrs>().sliding_window;
-  if (n.in.size() > seg_index) o.segment_ids = c.in(n, seg_index);
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  o.sliding_window = a.sliding_window;
+  const size_t optional = n.in.size() - seg_index;  // segment ids and sinks
+  if (optional > (a.sinks ? 1u : 0u)) o.segment_ids = c.in(n, seg_index);
+  if (a.sinks) o.sinks = c.in(n, n.in.size() - 1);
   return o;
 }
 
@@ -119,11 +130,14 @@ void attention_run(const RunContext& c, const Node& n) {
                      q_view(c.out(n, 0), a), c.out(n, 1), attention_options(c, n, 3));
 }
 
-void attention_bwd_run(const RunContext& c, const Node& n) {  // in: do, q, k, v, o, lse [, seg]
+void attention_bwd_run(const RunContext& c, const Node& n) {  // in: do, q, k, v, o, lse [, seg] [, sinks]
   const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  const ops::AttentionOptions o = attention_options(c, n, 6);
   ops::attention_bwd(q_view(c.in(n, 0), a), q_view(c.in(n, 1), a), kv_view(c.in(n, 2), a),
                      kv_view(c.in(n, 3), a), q_view(c.in(n, 4), a), c.in(n, 5), q_view(c.out(n, 0), a),
-                     kv_view(c.out(n, 1), a), kv_view(c.out(n, 2), a), attention_options(c, n, 6));
+                     kv_view(c.out(n, 1), a), kv_view(c.out(n, 2), a), o);
+  if (a.sinks)
+    ops::attention_sinks_bwd(q_view(c.in(n, 0), a), q_view(c.in(n, 4), a), c.in(n, 5), c.out(n, 3), o);
 }
 
 double attention_flops(const Graph&, const Node& n) {

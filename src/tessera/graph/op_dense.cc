@@ -139,12 +139,18 @@ ops::Activation activation_of(const Node& n) {
   return static_cast<ops::Activation>(n.attr<ActivationAttrs>().activation);
 }
 
+ops::GluOptions glu_options(const Node& n) {
+  const ActivationAttrs& a = n.attr<ActivationAttrs>();
+  return {.limit = a.limit, .up_offset = a.up_offset};
+}
+
 void glu_run(const RunContext& c, const Node& n) {
-  ops::glu_fwd(activation_of(n), c.in(n, 0), c.in(n, 1), c.out(n, 0));
+  ops::glu_fwd(activation_of(n), c.in(n, 0), c.in(n, 1), c.out(n, 0), glu_options(n));
 }
 
 void glu_bwd_run(const RunContext& c, const Node& n) {  // in: dy, gate, up
-  ops::glu_bwd(activation_of(n), c.in(n, 1), c.in(n, 2), c.in(n, 0), c.out(n, 0), c.out(n, 1));
+  ops::glu_bwd(activation_of(n), c.in(n, 1), c.in(n, 2), c.in(n, 0), c.out(n, 0), c.out(n, 1),
+               glu_options(n));
 }
 
 // ---- rms_norm: y = x / rms(x) * gamma over each row; rstd [N] kept for the backward --------------

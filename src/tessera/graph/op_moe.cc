@@ -177,6 +177,33 @@ void combine_bwd_run(const RunContext& c, const Node& n) {  // in: dy, ys, weigh
                             c.out(n, 1));
 }
 
+// ---- grouped_bias_add: y = x + bias[g] on the rows of group g -----------------------------------------
+
+std::vector<OutputSpec> grouped_bias_infer(const Graph& g, const Node& n) {
+  const Value& x = g.value(n.in[0]);
+  const Value& b = g.value(n.in[1]);
+  const Value& sizes = g.value(n.in[2]);
+  TESSERA_CHECK_SHAPE(x.shape.rank() == 2 && b.shape == (Shape{sizes.shape[0], x.shape[1]}) &&
+                          b.dtype == DType::kF32 && sizes.dtype == DType::kI32,
+                      "{}: expert biases {} for rows {} in {} groups", n.name, b.shape.str(), x.shape.str(),
+                      sizes.shape.str());
+  return {{"", x.shape, x.dtype}};
+}
+
+void grouped_bias_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  gb.contribute(f.in[0], dy);
+  TESSERA_ASSERT(gb.is_param(f.in[1]));
+  gb.add(gb.node(OpKind::kGroupedBiasGrad, {dy, f.in[2]}, {gb.param_grad(f.in[1])}, ".dbias"));
+}
+
+void grouped_bias_run(const RunContext& c, const Node& n) {
+  ops::grouped_bias_add(c.in(n, 0), c.in(n, 1), c.in(n, 2), c.out(n, 0));
+}
+
+void grouped_bias_grad_run(const RunContext& c, const Node& n) {  // in: dy, sizes
+  ops::grouped_bias_grad(c.in(n, 0), c.in(n, 1), c.out(n, 0));
+}
+
 }  // namespace
 
 std::vector<OpDef> moe_op_defs() {
@@ -211,6 +238,12 @@ std::vector<OpDef> moe_op_defs() {
        .backward = combine_backward,
        .run = combine_run},
       {.kind = OpKind::kMoeCombineBwd, .name = "moe_combine_bwd", .run = combine_bwd_run},
+      {.kind = OpKind::kGroupedBiasAdd,
+       .name = "grouped_bias_add",
+       .infer = grouped_bias_infer,
+       .backward = grouped_bias_backward,
+       .run = grouped_bias_run},
+      {.kind = OpKind::kGroupedBiasGrad, .name = "grouped_bias_grad", .run = grouped_bias_grad_run},
   };
 }
 

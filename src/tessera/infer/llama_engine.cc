@@ -188,15 +188,6 @@ bool onednn_for_bf16() {
   return use;
 }
 
-ops::RopeConfig rope_config(const models::ModelSpec& s, int64_t positions) {
-  ops::RopeConfig rc;
-  rc.max_timescale = s.rope_theta;
-  rc.head_dim = s.head_dim;
-  rc.max_positions = positions;
-  if (s.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
-  return rc;
-}
-
 LlamaEngine::LlamaEngine(const models::ModelSpec& spec, const EngineOptions& options,
                          const ParameterSource& params)
     : spec_(spec),
@@ -213,7 +204,7 @@ LlamaEngine::LlamaEngine(const models::ModelSpec& spec, const EngineOptions& opt
       R_(std::max<int64_t>(options.max_prefill_length, options.max_slots)),
       act_(ops::activation_from_name(spec.mlp_activation)),
       use_onednn_(spec.dtype == DType::kF32 || onednn_for_bf16()),
-      rope_(rope_config(spec, options.max_target_length)),
+      rope_(models::rope_config(spec, options.max_target_length)),
       length_(static_cast<size_t>(options.max_slots), 0) {
   spec_.batch = options.max_slots;
   spec_.seq = options.max_target_length;

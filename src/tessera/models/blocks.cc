@@ -72,9 +72,12 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
                                 .heads = static_cast<int>(H),
                                 .kv_heads = static_cast<int>(K),
                                 .head_dim = static_cast<int>(D),
-                                .sliding_window = s_.sliding_window};
-  ValueId o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention");  // [N, H*D]
-  return apply(wo, o, "out_proj");                                         // [N, E]
+                                .sliding_window = s_.window_of(g_.layer())};
+  const ValueId sinks = s_.attention_sinks
+                            ? g_.param(p + "sinks", Shape{H}, {"q_heads"}, /*weight_decay=*/false)
+                            : graph::kNoValue;
+  ValueId o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention", sinks);  // [N, H*D]
+  return apply(wo, o, "out_proj");                                                // [N, E]
 }
 
 ValueId Blocks::mlp(ValueId x, const std::string& p) {
@@ -99,11 +102,20 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
   const int64_t E = s_.emb_dim, F = s_.moe_mlp_dim, X = s_.num_experts, k = s_.num_experts_per_tok;
   const int64_t N = s_.batch * s_.seq;
   const int act = static_cast<int>(ops::activation_from_name(s_.mlp_activation));
-  TESSERA_ASSERT(s_.gated_mlp && !s_.mlp_bias);  // the experts are gated MLPs without biases
+  TESSERA_ASSERT(s_.gated_mlp);  // the experts are gated MLPs
   ValueId gate = g_.param(p + "gate.kernel", Shape{E, X}, {"embed", "moe_router"});
+  const ValueId gate_bias = s_.routed_bias
+                                ? g_.param(p + "gate.bias", Shape{X}, {"moe_router"}, /*weight_decay=*/false)
+                                : graph::kNoValue;
   ValueId wi0 = g_.param(p + "wi_0", Shape{X, E, F}, {"exp", "embed_moe", "mlp_moe"});
   ValueId wi1 = g_.param(p + "wi_1", Shape{X, E, F}, {"exp", "embed_moe", "mlp_moe"});
   ValueId wo = g_.param(p + "wo", Shape{X, F, E}, {"exp", "mlp_moe", "embed_moe"});
+  ValueId b0 = graph::kNoValue, b1 = graph::kNoValue, bo = graph::kNoValue;
+  if (s_.mlp_bias) {  // MaxText's wi_0_bias, wi_1_bias [X, F] and wo_bias [X, E]
+    b0 = g_.param(p + "wi_0_bias", Shape{X, F}, {"exp", "mlp_moe"}, /*weight_decay=*/false);
+    b1 = g_.param(p + "wi_1_bias", Shape{X, F}, {"exp", "mlp_moe"}, /*weight_decay=*/false);
+    bo = g_.param(p + "wo_bias", Shape{X, E}, {"exp", "embed_moe"}, /*weight_decay=*/false);
+  }
   graph::MoeAttrs a{.experts = X,
                     .k = k,
                     .batch = s_.batch,
@@ -112,15 +124,27 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
                     .lb_weight = s_.load_balance_loss_weight};
   if (s_.moe_path == MoePath::kCapacity) a.capacity = ops::moe_capacity(s_.seq, k, X, s_.capacity_factor);
   ValueId logits = g_.matmul(x, w(gate), p + "gate", "router_logits");  // [N, X]
+  if (gate_bias != graph::kNoValue) logits = g_.bias_add(logits, gate_bias, p + "gate_biased");
   const graph::Graph::MoeRouting r = g_.moe_route(logits, a, p + "route");
   if (s_.load_balance_loss_weight > 0) g_.moe_load_balance(logits, r.experts, a, p + "load_balance");
   const graph::Graph::MoeRows rows = g_.moe_dispatch(x, r.experts, a, p + "dispatch");  // [R, E]
   const int64_t useful = N * k;
-  ValueId h0 = g_.grouped_matmul(rows.xs, w(wi0), rows.group_sizes, useful, p + "wi_0", "mlpwi_0");  // [R, F]
-  ValueId h1 = g_.grouped_matmul(rows.xs, w(wi1), rows.group_sizes, useful, p + "wi_1", "mlpwi_1");  // [R, F]
-  ValueId h = g_.glu(act, h0, h1, p + "glu", "mlp_act");
-  ValueId ys = g_.grouped_matmul(h, w(wo), rows.group_sizes, useful, p + "wo", "mlpwo");  // [R, E]
-  return g_.moe_combine(ys, r.weights, rows.rows, a, p + "combine");                      // [N, E]
+  // x·W[e] (+ b[e]) on the grouped rows; the remat name goes on the projection's final value.
+  auto project = [&](ValueId in, ValueId kernel, ValueId bias, const std::string& name,
+                     const std::string& ckpt) {
+    if (bias == graph::kNoValue)
+      return g_.grouped_matmul(in, w(kernel), rows.group_sizes, useful, p + name, ckpt);
+    ValueId y = g_.grouped_matmul(in, w(kernel), rows.group_sizes, useful, p + name + ".matmul");
+    y = g_.grouped_bias_add(y, bias, rows.group_sizes, p + name);
+    g_.nodes().back().ckpt_name = ckpt;
+    return y;
+  };
+  ValueId h0 = project(rows.xs, wi0, b0, "wi_0", "mlpwi_0");  // [R, F]
+  ValueId h1 = project(rows.xs, wi1, b1, "wi_1", "mlpwi_1");  // [R, F]
+  ValueId h = g_.glu(act, h0, h1, p + "glu", "mlp_act", static_cast<float>(s_.mlp_limit),
+                     static_cast<float>(s_.mlp_up_offset));
+  ValueId ys = project(h, wo, bo, "wo", "mlpwo");                     // [R, E]
+  return g_.moe_combine(ys, r.weights, rows.rows, a, p + "combine");  // [N, E]
 }
 
 ValueId Blocks::embed() {

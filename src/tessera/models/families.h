@@ -11,6 +11,7 @@ extern const Family kLlamaFamily;    // llama.cc
 extern const Family kGpt3Family;     // gpt3.cc
 extern const Family kQwenFamily;     // qwen.cc
 extern const Family kMixtralFamily;  // mixtral.cc
+extern const Family kGptOssFamily;   // gpt_oss.cc
 
 // Llama's options and decoder loop, which Qwen shares (llama.cc).
 void configure_llama_like(ModelSpec& s, const Config& cfg);

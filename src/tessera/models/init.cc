@@ -71,7 +71,8 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     float* w = plan.state(static_cast<graph::ValueId>(id)).ptr<float>();
     const int64_t n = piece.shape.numel();
     const uint64_t key = splitmix64(seed) ^ hash_name(v.name);
-    const bool is_bias = v.name.ends_with(".bias");  // projection and LayerNorm biases start at zero
+    // Projection, LayerNorm and expert biases (MaxText's wi_0_bias, ...) and attention sinks start at zero.
+    const bool is_bias = v.name.ends_with(".bias") || v.name.ends_with("_bias") || v.name.ends_with(".sinks");
     const bool is_norm = !is_bias && v.logical_axes.size() == 1 && v.logical_axes[0] == "norm";
     const bool is_embedding = v.name.ends_with("embedding");
     // std of a unit normal truncated at 2 sigma is 0.87962566; divide it out to get 1/sqrt(fan_in).

@@ -25,10 +25,12 @@ ModelSpec model_spec_from_config(const Config& cfg) {
   s.logits_via_embedding = cfg.logits_via_embedding;
   s.rope_theta = static_cast<double>(cfg.rope_max_timescale);
   s.rope_type = cfg.rope_type;
-  // MaxText's meaning: the window applies to attention_type=local_sliding layers only.
-  if (cfg.attention_type != "local_sliding" && cfg.sliding_window_size > 0)
-    fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
-         cfg.sliding_window_size, cfg.attention_type);
+  s.yarn = {.factor = cfg.rope_factor,
+            .beta_fast = cfg.beta_fast,
+            .beta_slow = cfg.beta_slow,
+            .original_max_position_embeddings = static_cast<double>(cfg.original_max_position_embeddings),
+            .truncate = cfg.rope_truncate,
+            .attention_scaling = cfg.rope_attention_scaling};
   s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
   s.num_experts = cfg.num_experts;
   s.num_experts_per_tok = cfg.num_experts_per_tok;
@@ -43,6 +45,19 @@ ModelSpec model_spec_from_config(const Config& cfg) {
   s.moe_path = cfg.sparse_matmul ? MoePath::kDropless
                                  : (cfg.capacity_factor > 0 ? MoePath::kCapacity : MoePath::kDense);
   family_for(cfg.decoder_block).configure(s, cfg);
+  // MaxText's meaning: the window applies to attention_type=local_sliding layers only (a family
+  // that alternates windowed and full layers sets its own).
+  if (s.window_cycle == 0 && cfg.attention_type != "local_sliding" && cfg.sliding_window_size > 0)
+    fail(ErrorKind::kConfig, "sliding_window_size={} applies with attention_type=local_sliding (it is {})",
+         cfg.sliding_window_size, cfg.attention_type);
+  // Keys a family does not honour are refused, never ignored.
+  const std::pair<bool, const char*> unhonoured[] = {
+      {cfg.attention_sink && !s.attention_sinks, "attention_sink=true"},
+      {cfg.mlp_bias && !s.mlp_bias, "mlp_bias=true"},
+      {cfg.mlp_activations_limit > 0 && s.mlp_limit == 0, "mlp_activations_limit"},
+      {cfg.routed_bias && !s.routed_bias, "routed_bias=true"}};
+  for (const auto& [bad, key] : unhonoured)
+    if (bad) fail(ErrorKind::kConfig, "{}: the {} block does not have it", key, cfg.decoder_block);
   if (s.num_experts > 1 && !family_for(cfg.decoder_block).moe)
     fail(ErrorKind::kConfig,
          "num_experts={}: the {} block has a dense MLP; the mixture-of-experts blocks are {}", s.num_experts,
@@ -55,6 +70,16 @@ ModelSpec model_spec_from_config(const Config& cfg) {
   s.batch = static_cast<int64_t>(pdb);
   s.seq = cfg.max_target_length;
   return s;
+}
+
+ops::RopeConfig rope_config(const ModelSpec& s, int64_t max_positions) {
+  ops::RopeConfig rc{.max_timescale = s.rope_theta, .head_dim = s.head_dim, .max_positions = max_positions};
+  if (s.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
+  if (s.rope_type == "yarn") {
+    rc.scaling = ops::RopeScaling::kYarn;
+    rc.yarn = s.yarn;
+  }
+  return rc;
 }
 
 }  // namespace tessera::models

@@ -10,6 +10,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/dtype.h"
+#include "tessera/ops/rope.h"
 
 namespace tessera::models {
 
@@ -30,17 +31,26 @@ struct ModelSpec {
   double norm_eps = 1e-5;
   bool logits_via_embedding = false;  // tied unembedding
   double rope_theta = 10000.0;
-  std::string rope_type = "default";  // "default" | "llama3.1"
+  std::string rope_type = "default";  // "default" | "llama3.1" | "yarn"
+  ops::YarnRopeScaling yarn;          // rope_type "yarn"
   int64_t sliding_window = 0;
   std::string mlp_activation = "silu";  // the MLP's activation (of the gate, when gated)
 
   // Block options (blocks.h), set by the family.
   NormKind norm = NormKind::kRms;
-  bool gated_mlp = true;                // act(x·Wi0) * (x·Wi1), else act(x·Wi)
-  bool attention_bias = false;          // biases on q, k and v
-  bool attention_out_bias = false;      // a bias on the attention's output projection
-  bool qk_norm = false;                 // RMSNorm over each head's D of q and k, before RoPE
-  bool mlp_bias = false;                // biases on the MLP's projections
+  bool gated_mlp = true;            // act(x·Wi0) * (x·Wi1), else act(x·Wi)
+  bool attention_bias = false;      // biases on q, k and v
+  bool attention_out_bias = false;  // a bias on the attention's output projection
+  bool qk_norm = false;             // RMSNorm over each head's D of q and k, before RoPE
+  bool mlp_bias = false;            // biases on the MLP's (and the experts') projections
+  bool attention_sinks = false;     // one learned logit per query head in each softmax (GPT-OSS)
+  // Layers whose index is a multiple of window_cycle use the sliding window, the others full
+  // attention (GPT-OSS: 2, sliding first); 0: every layer uses sliding_window.
+  int64_t window_cycle = 0;
+  // The gated MLP's clamps (GPT-OSS): gate <= limit, |up| <= limit, then + up_offset on up; 0: none.
+  double mlp_limit = 0;
+  double mlp_up_offset = 0;
+  bool routed_bias = false;             // a bias on the router's logits
   bool rope = true;                     // rotary positions on q and k
   int64_t trainable_position_size = 0;  // learned absolute positions [P, E] added to the embedding (0: none)
   // Mixture of experts (blocks.h's moe), for the MoE families: each layer's MLP is num_experts
@@ -65,11 +75,20 @@ struct ModelSpec {
   int64_t batch = 0;  // B: sequences per device per micro-step
   int64_t seq = 0;    // T: max_target_length
 
+  // The sliding window of decoder layer `layer` (0: full attention).
+  int64_t window_of(int64_t layer) const {
+    return window_cycle > 0 && layer % window_cycle != 0 ? 0 : sliding_window;
+  }
+
   // Parameters of the whole model (every tensor-parallel slice), counted from the family's graph.
   int64_t num_params() const;
 };
 
 // The decoder a config asks for; throws kConfig naming the key when the model code cannot build it.
 ModelSpec model_spec_from_config(const Config& cfg);
+
+// The RoPE table's configuration of `spec` (theta, head dim, scaling) for positions
+// 0 .. max_positions - 1: what training, the golden tests and decoding build their table from.
+ops::RopeConfig rope_config(const ModelSpec& spec, int64_t max_positions);
 
 }  // namespace tessera::models

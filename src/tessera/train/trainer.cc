@@ -39,8 +39,6 @@ void reject_unbuilt_options(const Config& cfg) {
   refuse(cfg.adam_eps_root != 0, "adam_eps_root other than 0");
   refuse(cfg.attention_type != "global" && cfg.attention_type != "local_sliding",
          "attention_type other than global and local_sliding");
-  refuse(cfg.rope_type != "default" && cfg.rope_type != "llama3.1",
-         "rope_type other than default and llama3.1");
   if (cfg.run_name.empty() && (cfg.enable_checkpointing || cfg.enable_tensorboard))
     fail(ErrorKind::kConfig,
          "enable_checkpointing and enable_tensorboard write under {}/<run_name>/: set run_name "
@@ -123,10 +121,8 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   build_plan();
   const double plan_seconds = since(t0);
 
-  ops::RopeConfig rc{
-      .max_timescale = spec_.rope_theta, .head_dim = spec_.head_dim, .max_positions = spec_.seq};
-  if (spec_.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
-  exec_ = std::make_unique<graph::Executor>(*plan_, std::make_unique<ops::RopeTable>(rc), mesh_);
+  exec_ = std::make_unique<graph::Executor>(
+      *plan_, std::make_unique<ops::RopeTable>(models::rope_config(spec_, spec_.seq)), mesh_);
   diag_ = std::make_unique<Diagnostics>(cfg_, plan_->spec().graph(), mesh_->world().rank(),
                                         mesh_->world().size(), log_);
   exec_->set_observer(diag_.get());

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""PyTorch reference for Tessera's MoE training benchmark (bench/RESULTS.md, "Mixture of experts"):
+trains Hugging Face's MixtralForCausalLM on the same shapes as Tessera's run (emb 1024, 8 heads of
+128, 2 layers, 16 SwiGLU experts of 1024, top-2, vocab 8192, batch 4 x 1024 tokens) with
+torch.optim.AdamW on random tokens, and prints one JSON line per precision: model TFLOP/s
+(MaxText's MoE count, active parameters only: the same formula Tessera uses), tokens/s and MFU
+against the peak given on the command line (Tessera's calibrated peak of the same run).
+
+    python3 tools/torch_moe_bench.py --steps 4 --threads 2 --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
+"""
+import argparse
+import json
+import time
+
+import torch
+from transformers import MixtralConfig, MixtralForCausalLM
+
+
+def model_flops(B, S, E, H, K, D, F, X, k, V, L):
+    router = 2 * B * S * E * X
+    experts = k * (2 * B * S * F * E * 2 + 2 * B * S * F * E)
+    qkv = 2 * B * S * E * (H + 2 * K) * D
+    proj = 2 * B * S * E * H * D
+    attn = 2 * B * S * S * H * D
+    return 3 * (L * (router + experts + qkv + proj + attn) + 2 * B * S * E * V)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--peak-f32", type=float, required=True, help="GFLOP/s")
+    ap.add_argument("--peak-bf16", type=float, required=True, help="GFLOP/s")
+    ap.add_argument("--precisions", default="float32")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    E, H, K, D, F, X, k, V, L = 1024, 8, 8, 128, 1024, 16, 2, 8192, 2
+    cfg = MixtralConfig(vocab_size=V, hidden_size=E, intermediate_size=F, num_hidden_layers=L,
+                        num_attention_heads=H, num_key_value_heads=K, head_dim=D, num_local_experts=X,
+                        num_experts_per_tok=k, max_position_embeddings=a.seq, tie_word_embeddings=False,
+                        sliding_window=None, router_aux_loss_coef=0.0)
+    cfg._attn_implementation = "sdpa"
+    flops = model_flops(a.batch, a.seq, E, H, K, D, F, X, k, V, L)
+    for prec in a.precisions.split(","):
+        torch.manual_seed(0)
+        model = MixtralForCausalLM(cfg).float()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        x = torch.randint(0, V, (a.batch, a.seq + 1))
+        inputs, targets = x[:, :-1], x[:, 1:]
+        times = []
+        for step in range(a.warmup + a.steps):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=(prec == "bfloat16")):
+                logits = model(input_ids=inputs).logits
+                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step >= a.warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        t = times[len(times) // 2]
+        peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
+        print(json.dumps({"impl": "pytorch " + torch.__version__, "dtype": prec, "step_seconds": t,
+                          "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
+                          "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
+        del model, opt
+
+
+if __name__ == "__main__":
+    main()
