@@ -1,28 +1,32 @@
 #!/usr/bin/env python3
 """PyTorch reference for Tessera's MoE training benchmark (bench/RESULTS.md, "Mixture of experts"):
-trains Hugging Face's MixtralForCausalLM on the same shapes as Tessera's run (emb 1024, 8 heads of
-128, 2 layers, 16 SwiGLU experts of 1024, top-2, vocab 8192, batch 4 x 1024 tokens) with
+trains Hugging Face's MixtralForCausalLM (--family mixtral: emb 1024, 8 heads of 128, 2 layers, 16
+SwiGLU experts of 1024, top-2, vocab 8192) or GptOssForCausalLM (--family gpt_oss: Tessera's
+gpt-oss-tiny preset: emb 256, 4/2 heads of 64, 4 layers alternating a 128 window, 16 experts of
+256, top-2, vocab 8192) on the same shapes as Tessera's run, batch 4 x 1024 tokens, with
 torch.optim.AdamW on random tokens, and prints one JSON line per precision: model TFLOP/s
 (MaxText's MoE count, active parameters only: the same formula Tessera uses), tokens/s and MFU
 against the peak given on the command line (Tessera's calibrated peak of the same run).
 
-    python3 tools/torch_moe_bench.py --steps 4 --threads 2 --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
+    python3 tools/torch_moe_bench.py --family mixtral --steps 4 --threads 2 --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
 """
 import argparse
 import json
 import time
 
 import torch
-from transformers import MixtralConfig, MixtralForCausalLM
+from transformers import GptOssConfig, GptOssForCausalLM, MixtralConfig, MixtralForCausalLM
 
 
-def model_flops(B, S, E, H, K, D, F, X, k, V, L):
+def model_flops(B, S, E, H, K, D, F, X, k, V, L, window=0):
     router = 2 * B * S * E * X
     experts = k * (2 * B * S * F * E * 2 + 2 * B * S * F * E)
     qkv = 2 * B * S * E * (H + 2 * K) * D
     proj = 2 * B * S * E * H * D
-    attn = 2 * B * S * S * H * D
-    return 3 * (L * (router + experts + qkv + proj + attn) + 2 * B * S * E * V)
+    full = 2 * B * S * S * H * D
+    local = 4 * B * (S * window - window * window / 2) * H * D if 0 < window < S else full
+    attn = [local if window and l % 2 == 0 else full for l in range(L)]  # gpt_oss: even layers slide
+    return 3 * (L * (router + experts + qkv + proj) + sum(attn) + 2 * B * S * E * V)
 
 
 def main():
@@ -35,18 +39,30 @@ def main():
     ap.add_argument("--peak-f32", type=float, required=True, help="GFLOP/s")
     ap.add_argument("--peak-bf16", type=float, required=True, help="GFLOP/s")
     ap.add_argument("--precisions", default="float32")
+    ap.add_argument("--family", default="mixtral", choices=["mixtral", "gpt_oss"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    E, H, K, D, F, X, k, V, L = 1024, 8, 8, 128, 1024, 16, 2, 8192, 2
-    cfg = MixtralConfig(vocab_size=V, hidden_size=E, intermediate_size=F, num_hidden_layers=L,
-                        num_attention_heads=H, num_key_value_heads=K, head_dim=D, num_local_experts=X,
-                        num_experts_per_tok=k, max_position_embeddings=a.seq, tie_word_embeddings=False,
-                        sliding_window=None, router_aux_loss_coef=0.0)
-    cfg._attn_implementation = "sdpa"
-    flops = model_flops(a.batch, a.seq, E, H, K, D, F, X, k, V, L)
+    if a.family == "mixtral":
+        E, H, K, D, F, X, k, V, L, W = 1024, 8, 8, 128, 1024, 16, 2, 8192, 2, 0
+        cfg = MixtralConfig(vocab_size=V, hidden_size=E, intermediate_size=F, num_hidden_layers=L,
+                            num_attention_heads=H, num_key_value_heads=K, head_dim=D, num_local_experts=X,
+                            num_experts_per_tok=k, max_position_embeddings=a.seq, tie_word_embeddings=False,
+                            sliding_window=None, router_aux_loss_coef=0.0)
+        cfg._attn_implementation = "sdpa"
+    else:
+        E, H, K, D, F, X, k, V, L, W = 256, 4, 2, 64, 256, 16, 2, 8192, 4, 128
+        cfg = GptOssConfig(vocab_size=V, hidden_size=E, intermediate_size=F, num_hidden_layers=L,
+                           num_attention_heads=H, num_key_value_heads=K, head_dim=D, num_local_experts=X,
+                           num_experts_per_tok=k, sliding_window=W, tie_word_embeddings=False,
+                           router_aux_loss_coef=0.0,
+                           rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                            "original_max_position_embeddings": 4096, "truncate": False,
+                                            "rope_theta": 150000.0})
+        cfg._attn_implementation = "eager"  # transformers' GPT-OSS sinks need the eager path
+    flops = model_flops(a.batch, a.seq, E, H, K, D, F, X, k, V, L, W)
     for prec in a.precisions.split(","):
         torch.manual_seed(0)
-        model = MixtralForCausalLM(cfg).float()
+        model = (MixtralForCausalLM if a.family == "mixtral" else GptOssForCausalLM)(cfg).float()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
         x = torch.randint(0, V, (a.batch, a.seq + 1))
         inputs, targets = x[:, :-1], x[:, 1:]
@@ -65,7 +81,7 @@ def main():
         times.sort()
         t = times[len(times) // 2]
         peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
-        print(json.dumps({"impl": "pytorch " + torch.__version__, "dtype": prec, "step_seconds": t,
+        print(json.dumps({"impl": "pytorch " + torch.__version__, "family": a.family, "dtype": prec, "step_seconds": t,
                           "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
                           "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
         del model, opt
