@@ -1,7 +1,13 @@
 // What the golden tests (tests/models/*_golden_test.cc) share: a plan fed the golden file's batch.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/plan.h"
@@ -25,6 +31,45 @@ inline void feed_golden_batch(graph::Plan& plan, const models::DecoderInputs& in
   const Tensor& dloss = plan.view(plan.dloss());
   for (int64_t i = 0; i < dloss.numel(); ++i)
     dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
+}
+
+// The logits of the tokens whose routing is not a near-tie: a token whose k-th and (k+1)-th router
+// logits (float32, from the file's router_logits.<layer> [N, X]) are closer than `margin` in any
+// layer may pick another expert in bfloat16 in either implementation. Fills got/want with the
+// kept tokens' rows of `all_got` / `all_want` ([N, V]); returns how many tokens were kept.
+inline int64_t logits_of_clear_routing(const SafetensorsFile& file, int64_t layers, int64_t k, double margin,
+                                       const std::vector<double>& all_got,
+                                       const std::vector<double>& all_want, int64_t vocab,
+                                       std::vector<double>& got, std::vector<double>& want) {
+  const Tensor first = file.get("router_logits.0");
+  const int64_t n_tokens = first.dim(0), experts = first.dim(1);
+  std::vector<bool> close(static_cast<size_t>(n_tokens), false);
+  for (int64_t l = 0; l < layers; ++l) {
+    const Tensor r = file.get("router_logits." + std::to_string(l));
+    for (int64_t n = 0; n < n_tokens; ++n) {
+      std::vector<float> row(r.ptr<float>() + n * experts, r.ptr<float>() + (n + 1) * experts);
+      std::sort(row.begin(), row.end(), std::greater<>());
+      if (row[static_cast<size_t>(k - 1)] - row[static_cast<size_t>(k)] < margin)
+        close[static_cast<size_t>(n)] = true;
+    }
+  }
+  int64_t kept = 0;
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    if (close[static_cast<size_t>(n)]) continue;
+    got.insert(got.end(), all_got.begin() + n * vocab, all_got.begin() + (n + 1) * vocab);
+    want.insert(want.end(), all_want.begin() + n * vocab, all_want.begin() + (n + 1) * vocab);
+    ++kept;
+  }
+  return kept;
+}
+
+// The id of the value named `name` in the plan's graph (a test failure and 0 when there is none).
+inline graph::ValueId value_named(const graph::Plan& plan, const std::string& name) {
+  const auto& v = plan.graph().values();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i].name == name) return static_cast<graph::ValueId>(i);
+  ADD_FAILURE() << "no value " << name;
+  return 0;
 }
 
 }  // namespace tessera::testing

@@ -156,13 +156,7 @@ struct Model {
       plan->view(plan->daux()).ptr<float>()[0] = 1.0f / static_cast<float>(spec.num_decoder_layers);
   }
 
-  graph::ValueId find(const std::string& name) const {
-    const auto& v = plan->graph().values();
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i].name == name) return static_cast<graph::ValueId>(i);
-    ADD_FAILURE() << "no value " << name;
-    return 0;
-  }
+  graph::ValueId find(const std::string& name) const { return testing::value_named(*plan, name); }
   std::vector<double> values(const std::string& name) { return testing::to_vector(plan->view(find(name))); }
   double lb_loss() const { return exec->aux_loss() / static_cast<double>(spec.num_decoder_layers); }
 };
@@ -219,24 +213,12 @@ TEST(MixtralGolden, Bfloat16Forward) {
   // A token whose second and third router logits (float32) are closer than bfloat16's error on
   // them may pick another expert in either implementation; their logits are left out (two tokens of
   // the 26 here, margins 0.007 and 0.016).
-  const int64_t N = m.spec.batch * m.spec.seq, X = m.spec.num_experts, V = m.spec.vocab_size;
-  std::vector<bool> close_call(static_cast<size_t>(N), false);
-  for (int64_t l = 0; l < m.spec.num_decoder_layers; ++l) {
-    const std::vector<double> r = testing::to_vector(g.file.get("router_logits." + std::to_string(l)));
-    for (int64_t n = 0; n < N; ++n) {
-      std::vector<double> row(r.begin() + n * X, r.begin() + (n + 1) * X);
-      std::sort(row.begin(), row.end(), std::greater<>());
-      if (row[1] - row[2] < 0.02) close_call[static_cast<size_t>(n)] = true;
-    }
-  }
-  std::vector<double> got = m.values("decoder.logits"), want = testing::to_vector(g.file.get("bf16.logits"));
+  const int64_t N = m.spec.batch * m.spec.seq;
   std::vector<double> got_kept, want_kept;
-  for (int64_t n = 0; n < N; ++n)
-    if (!close_call[static_cast<size_t>(n)]) {
-      got_kept.insert(got_kept.end(), got.begin() + n * V, got.begin() + (n + 1) * V);
-      want_kept.insert(want_kept.end(), want.begin() + n * V, want.begin() + (n + 1) * V);
-    }
-  EXPECT_GE(got_kept.size(), static_cast<size_t>(N - 3) * V);
+  const int64_t kept = testing::logits_of_clear_routing(
+      g.file, m.spec.num_decoder_layers, m.spec.num_experts_per_tok, 0.02, m.values("decoder.logits"),
+      testing::to_vector(g.file.get("bf16.logits")), m.spec.vocab_size, got_kept, want_kept);
+  EXPECT_GE(kept, N - 3);
   EXPECT_TRUE(testing::all_close(got_kept, want_kept, 0, 0.06));
   EXPECT_NEAR(loss_sum / counted, g.file.get("bf16.loss").ptr<float>()[0], 1e-2);
 }

@@ -17,4 +17,14 @@ extern const Family kGptOssFamily;   // gpt_oss.cc
 void configure_llama_like(ModelSpec& s, const Config& cfg);
 DecoderInputs build_llama_like(graph::Graph& g, const ModelSpec& s);
 
+// The pre-norm decoder loop Llama, Qwen, Mixtral and GPT-OSS share (llama.cc): per layer
+// x += attention(norm(x)); x += mlp(norm(x)) (or moe(...)), then the final norm and the loss. The
+// families differ in the names of the attention and MLP blocks in MaxText's tree.
+struct PreNormBlocks {
+  const char* attention = "self_attention.";
+  const char* mlp = "mlp.";
+  bool moe = false;  // the MLP is Blocks::moe
+};
+DecoderInputs build_pre_norm_decoder(graph::Graph& g, const ModelSpec& s, const PreNormBlocks& names);
+
 }  // namespace tessera::models

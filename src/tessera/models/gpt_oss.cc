@@ -53,19 +53,7 @@ void configure_gpt_oss(ModelSpec& s, const Config& cfg) {
 }
 
 DecoderInputs build_gpt_oss(graph::Graph& g, const ModelSpec& s) {
-  Blocks b(g, s);
-  ValueId x = b.embed();  // [N, E]
-  for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
-    g.set_layer(static_cast<int>(l));
-    const std::string p = fmt::format("decoder.layers_{}.", l);
-    ValueId h = b.norm(x, p + "pre_self_attention_layer_norm");
-    x = g.add(x, b.attention(h, p + "GptOssAttention."), p + "attention_residual");
-    h = b.norm(x, p + "post_self_attention_layer_norm");
-    x = g.add(x, b.moe(h, p + "GptOssMlp."), p + "mlp_residual");
-  }
-  g.set_layer(-1);
-  b.logits_and_loss(b.norm(x, "decoder.decoder_norm"));
-  return b.inputs();
+  return build_pre_norm_decoder(g, s, {.attention = "GptOssAttention.", .mlp = "GptOssMlp.", .moe = true});
 }
 
 }  // namespace

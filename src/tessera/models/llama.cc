@@ -31,20 +31,24 @@ void configure_llama_like(ModelSpec& s, const Config& cfg) {
   s.qk_norm = cfg.use_qk_norm;
 }
 
-DecoderInputs build_llama_like(graph::Graph& g, const ModelSpec& s) {
+DecoderInputs build_pre_norm_decoder(graph::Graph& g, const ModelSpec& s, const PreNormBlocks& names) {
   Blocks b(g, s);
   ValueId x = b.embed();  // [N, E]
   for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
     g.set_layer(static_cast<int>(l));
     const std::string p = fmt::format("decoder.layers_{}.", l);
     ValueId h = b.norm(x, p + "pre_self_attention_layer_norm");
-    x = g.add(x, b.attention(h, p + "self_attention."), p + "attention_residual");
+    x = g.add(x, b.attention(h, p + names.attention), p + "attention_residual");
     h = b.norm(x, p + "post_self_attention_layer_norm");
-    x = g.add(x, b.mlp(h, p + "mlp."), p + "mlp_residual");
+    x = g.add(x, names.moe ? b.moe(h, p + names.mlp) : b.mlp(h, p + names.mlp), p + "mlp_residual");
   }
   g.set_layer(-1);
   b.logits_and_loss(b.norm(x, "decoder.decoder_norm"));
   return b.inputs();
+}
+
+DecoderInputs build_llama_like(graph::Graph& g, const ModelSpec& s) {
+  return build_pre_norm_decoder(g, s, {});
 }
 
 const Family kLlamaFamily{.name = "llama",

@@ -4,7 +4,6 @@
 //     h = rms_norm(x) ; x = x + attention(h)            (GQA, RoPE, optional sliding window)
 //     h = rms_norm(x) ; x = x + moe(h)                  (top-k of num_experts SwiGLU experts)
 // Parameter names follow MaxText's tree: decoder.layers_<l>.MoeBlock_0.{gate.kernel, wi_0, wi_1, wo}.
-#include <fmt/format.h>
 
 #include "tessera/core/error.h"
 #include "tessera/models/families.h"
@@ -26,19 +25,7 @@ void configure_mixtral(ModelSpec& s, const Config& cfg) {
 }
 
 DecoderInputs build_mixtral(graph::Graph& g, const ModelSpec& s) {
-  Blocks b(g, s);
-  ValueId x = b.embed();  // [N, E]
-  for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
-    g.set_layer(static_cast<int>(l));
-    const std::string p = fmt::format("decoder.layers_{}.", l);
-    ValueId h = b.norm(x, p + "pre_self_attention_layer_norm");
-    x = g.add(x, b.attention(h, p + "self_attention."), p + "attention_residual");
-    h = b.norm(x, p + "post_self_attention_layer_norm");
-    x = g.add(x, b.moe(h, p + "MoeBlock_0."), p + "mlp_residual");
-  }
-  g.set_layer(-1);
-  b.logits_and_loss(b.norm(x, "decoder.decoder_norm"));
-  return b.inputs();
+  return build_pre_norm_decoder(g, s, {.attention = "self_attention.", .mlp = "MoeBlock_0.", .moe = true});
 }
 
 }  // namespace
