@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/core/safetensors.h"
+#include "tessera/graph/executor.h"
 #include "tessera/graph/plan.h"
 #include "tessera/models/blocks.h"
+#include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
 
 namespace tessera::testing {
 
@@ -71,5 +75,52 @@ inline graph::ValueId value_named(const graph::Plan& plan, const std::string& na
   ADD_FAILURE() << "no value " << name;
   return 0;
 }
+
+// A golden model: the plan of `spec` (remat none) and its executor, every parameter set from the
+// golden file through `param_values(tessera_name)` (the file's values in Tessera's layout), the
+// file's batch fed, and the aux-loss seed set so that the objective is the mean token loss plus
+// the mean over layers of the load-balance losses.
+struct GoldenPlan {
+  models::ModelSpec spec;
+  std::unique_ptr<graph::Plan> plan;
+  std::unique_ptr<graph::Executor> exec;
+  models::DecoderInputs in;
+
+  GoldenPlan(models::ModelSpec s, const SafetensorsFile& file, const std::vector<std::string>& param_names,
+             const std::function<std::vector<double>(size_t)>& param_values)
+      : spec(std::move(s)) {
+    graph::Graph gr;
+    in = models::build_decoder(gr, spec);
+    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = "none"});
+    exec = std::make_unique<graph::Executor>(
+        *plan, std::make_unique<ops::RopeTable>(models::rope_config(spec, spec.seq)));
+    EXPECT_EQ(param_names.size(), plan->graph().params().size());
+    for (size_t p = 0; p < param_names.size(); ++p) {
+      const std::vector<double> v = param_values(p);
+      const Tensor& dst = plan->state(find(param_names[p]));
+      EXPECT_EQ(dst.numel(), static_cast<int64_t>(v.size())) << param_names[p];
+      for (int64_t i = 0; i < dst.numel(); ++i) dst.ptr<float>()[i] = static_cast<float>(v[i]);
+    }
+    models::sync_compute_copies(*plan);
+    feed_golden_batch(*plan, in, spec, file);
+    if (plan->daux() != graph::kNoValue)
+      plan->view(plan->daux()).ptr<float>()[0] = 1.0f / static_cast<float>(spec.num_decoder_layers);
+  }
+
+  graph::ValueId find(const std::string& name) const { return value_named(*plan, name); }
+  std::vector<double> values(const std::string& name) const {
+    const Tensor& t = plan->view(find(name));
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      v[static_cast<size_t>(i)] =
+          t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i]) : t.ptr<float>()[i];
+    return v;
+  }
+  const Tensor& grad_of(const std::string& param) const {
+    return plan->view(plan->graph().value(find(param)).grad);
+  }
+  // The mean over layers of the load-balance losses of the last pass.
+  double lb_loss() const { return exec->aux_loss() / static_cast<double>(spec.num_decoder_layers); }
+};
 
 }  // namespace tessera::testing

@@ -118,6 +118,12 @@ std::vector<Name> gpt_oss_names(const models::ModelSpec& s) {
   return n;
 }
 
+std::vector<std::string> tessera_names(const std::vector<Name>& names) {
+  std::vector<std::string> out;
+  for (const Name& n : names) out.push_back(n.tessera);
+  return out;
+}
+
 std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefix, const Name& n) {
   const Tensor t = f.get(prefix + n.hf);
   const std::vector<double> v = testing::to_vector(t);
@@ -137,36 +143,14 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   return out;
 }
 
-struct Model {
-  models::ModelSpec spec;
-  std::unique_ptr<graph::Plan> plan;
-  std::unique_ptr<graph::Executor> exec;
-  models::DecoderInputs in;
-
+// The golden model of `path` ("dropless", "dense") with the load-balance weight.
+struct Model : testing::GoldenPlan {
   Model(const Golden& g, DType dtype, const std::string& path = "dropless", double lb_weight = 0.01)
-      : spec(g.spec(dtype, path, lb_weight)) {
-    graph::Graph gr;
-    in = models::build_decoder(gr, spec);
-    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = "none"});
-    exec = std::make_unique<graph::Executor>(
-        *plan, std::make_unique<ops::RopeTable>(models::rope_config(spec, spec.seq)));
-    const std::vector<Name> names = gpt_oss_names(spec);
-    EXPECT_EQ(names.size(), plan->graph().params().size());
-    for (const Name& n : names) {
-      const std::vector<double> v = hf_values(g.file, "param.", n);
-      const Tensor& dst = plan->state(find(n.tessera));
-      EXPECT_EQ(dst.numel(), static_cast<int64_t>(v.size())) << n.tessera;
-      for (int64_t i = 0; i < dst.numel(); ++i) dst.ptr<float>()[i] = static_cast<float>(v[i]);
-    }
-    models::sync_compute_copies(*plan);
-    testing::feed_golden_batch(*plan, in, spec, g.file);
-    if (plan->daux() != graph::kNoValue)
-      plan->view(plan->daux()).ptr<float>()[0] = 1.0f / static_cast<float>(spec.num_decoder_layers);
-  }
-
-  graph::ValueId find(const std::string& name) const { return testing::value_named(*plan, name); }
-  std::vector<double> values(const std::string& name) { return testing::to_vector(plan->view(find(name))); }
-  double lb_loss() const { return exec->aux_loss() / static_cast<double>(spec.num_decoder_layers); }
+      : Model(g, g.spec(dtype, path, lb_weight)) {}
+  Model(const Golden& g, models::ModelSpec s)
+      : GoldenPlan(s, g.file, tessera_names(gpt_oss_names(s)), [&g, names = gpt_oss_names(s)](size_t i) {
+          return hf_values(g.file, "param.", names[i]);
+        }) {}
 };
 
 TEST(GptOssGolden, YarnFrequenciesAndAttentionScaling) {
@@ -210,7 +194,7 @@ TEST_P(GptOssGradients, Float32MatchTransformers) {
   EXPECT_NEAR(loss_sum / 26.0, g.file.get("loss").ptr<float>()[0], 2e-6);
   for (const Name& n : gpt_oss_names(m.spec)) {
     SCOPED_TRACE(n.tessera);
-    const Tensor& grad = m.plan->view(m.plan->graph().value(m.find(n.tessera)).grad);
+    const Tensor& grad = m.grad_of(n.tessera);
     EXPECT_TRUE(testing::all_close(testing::to_vector(grad),
                                    hf_values(g.file, ce_only ? "grad_ce." : "grad.", n), 1e-4, 1e-6));
   }

@@ -92,6 +92,12 @@ std::vector<Name> mixtral_names(const models::ModelSpec& s) {
   return n;
 }
 
+std::vector<std::string> tessera_names(const std::vector<Name>& names) {
+  std::vector<std::string> out;
+  for (const Name& n : names) out.push_back(n.tessera);
+  return out;
+}
+
 // The Hugging Face values of `n` in Tessera's layout.
 std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefix, const Name& n) {
   const Tensor t = f.get(prefix + n.hf);
@@ -127,38 +133,14 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   return v;
 }
 
-struct Model {
-  models::ModelSpec spec;
-  std::unique_ptr<graph::Plan> plan;
-  std::unique_ptr<graph::Executor> exec;
-  models::DecoderInputs in;
-
+// The golden model of `path` ("dropless", "dense", "capacity") with the load-balance weight.
+struct Model : testing::GoldenPlan {
   Model(const Golden& g, DType dtype, const std::string& path = "dropless", double lb_weight = 0.01)
-      : spec(g.spec(dtype, path, lb_weight)) {
-    graph::Graph gr;
-    in = models::build_decoder(gr, spec);
-    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = "none"});
-    ops::RopeConfig rc{
-        .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
-    exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
-    const std::vector<Name> names = mixtral_names(spec);
-    EXPECT_EQ(names.size(), plan->graph().params().size());
-    for (const Name& n : names) {
-      const std::vector<double> v = hf_values(g.file, "param.", n);
-      const Tensor& dst = plan->state(find(n.tessera));
-      EXPECT_EQ(dst.numel(), static_cast<int64_t>(v.size())) << n.tessera;
-      for (int64_t i = 0; i < dst.numel(); ++i) dst.ptr<float>()[i] = static_cast<float>(v[i]);
-    }
-    models::sync_compute_copies(*plan);
-    testing::feed_golden_batch(*plan, in, spec, g.file);
-    // The objective is the mean token loss plus the mean over layers of the load-balance losses.
-    if (plan->daux() != graph::kNoValue)
-      plan->view(plan->daux()).ptr<float>()[0] = 1.0f / static_cast<float>(spec.num_decoder_layers);
-  }
-
-  graph::ValueId find(const std::string& name) const { return testing::value_named(*plan, name); }
-  std::vector<double> values(const std::string& name) { return testing::to_vector(plan->view(find(name))); }
-  double lb_loss() const { return exec->aux_loss() / static_cast<double>(spec.num_decoder_layers); }
+      : Model(g, g.spec(dtype, path, lb_weight)) {}
+  Model(const Golden& g, models::ModelSpec s)
+      : GoldenPlan(s, g.file, tessera_names(mixtral_names(s)), [&g, names = mixtral_names(s)](size_t i) {
+          return hf_values(g.file, "param.", names[i]);
+        }) {}
 };
 
 TEST(MixtralGolden, Float32LogitsRouterAndLoss) {
@@ -195,7 +177,7 @@ TEST_P(MixtralGradients, Float32MatchTransformers) {
   if (!ce_only) EXPECT_NEAR(m.lb_loss(), g.file.get("lb_loss").ptr<float>()[0], 1e-6);
   for (const Name& n : mixtral_names(m.spec)) {
     SCOPED_TRACE(n.tessera);
-    const Tensor& grad = m.plan->view(m.plan->graph().value(m.find(n.tessera)).grad);
+    const Tensor& grad = m.grad_of(n.tessera);
     EXPECT_TRUE(testing::all_close(testing::to_vector(grad),
                                    hf_values(g.file, ce_only ? "grad_ce." : "grad.", n), 1e-4, 1e-6));
   }
