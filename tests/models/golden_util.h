@@ -37,6 +37,15 @@ inline void feed_golden_batch(graph::Plan& plan, const models::DecoderInputs& in
     dloss.ptr<float>()[i] = 1.0f / static_cast<float>(dloss.numel());
 }
 
+// A Hugging Face Linear weight [rows, cols] (out, in) as Tessera's kernel [cols, rows] (in, out).
+inline std::vector<double> transposed(const std::vector<double>& v, int64_t rows, int64_t cols) {
+  std::vector<double> out(v.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      out[static_cast<size_t>(j * rows + i)] = v[static_cast<size_t>(i * cols + j)];
+  return out;
+}
+
 // The logits of the tokens whose routing is not a near-tie: a token whose k-th and (k+1)-th router
 // logits (float32, from the file's router_logits.<layer> [N, X]) are closer than `margin` in any
 // layer may pick another expert in bfloat16 in either implementation. Fills got/want with the

@@ -129,11 +129,7 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   const std::vector<double> v = testing::to_vector(t);
   if (n.layout == Layout::kSame) return v;
   if (n.layout == Layout::kTranspose) {
-    std::vector<double> out(v.size());
-    const int64_t r = t.dim(0), c = t.dim(1);
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) out[j * r + i] = v[i * c + j];
-    return out;
+    return testing::transposed(v, t.dim(0), t.dim(1));
   }
   // Every other column of the last dimension: even for the gate, odd for up.
   const int64_t cols = t.dim(-1), rows = t.numel() / cols, off = n.layout == Layout::kOdd ? 1 : 0;

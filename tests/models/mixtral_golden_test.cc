@@ -105,13 +105,8 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   switch (n.layout) {
     case Layout::kSame:
       return v;
-    case Layout::kTranspose: {
-      std::vector<double> out(v.size());
-      const int64_t r = t.dim(0), c = t.dim(1);
-      for (int64_t i = 0; i < r; ++i)
-        for (int64_t j = 0; j < c; ++j) out[j * r + i] = v[i * c + j];
-      return out;
-    }
+    case Layout::kTranspose:
+      return testing::transposed(v, t.dim(0), t.dim(1));
     case Layout::kGate:
     case Layout::kUp: {  // [X, 2F, E] -> [X, E, F] of the gate (rows 0..F-1) or up (F..2F-1) half
       const int64_t X = t.dim(0), F = t.dim(1) / 2, E = t.dim(2), off = n.layout == Layout::kUp ? F : 0;

@@ -95,11 +95,7 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
   const Tensor t = f.get(prefix + n.hf);
   std::vector<double> v = testing::to_vector(t);
   if (!n.transpose) return v;
-  std::vector<double> out(v.size());
-  const int64_t r = t.dim(0), c = t.dim(1);
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) out[j * r + i] = v[i * c + j];
-  return out;
+  return testing::transposed(v, t.dim(0), t.dim(1));
 }
 
 struct Model {
