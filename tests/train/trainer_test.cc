@@ -98,6 +98,8 @@ TEST(Trainer, MixtureOfExpertsKeysAreChecked) {
   std::ostringstream log;
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"num_experts=4"},  // llama2 has a dense MLP
+        {"load_balance_loss_weight=0.01"},          // so its MoE keys would do nothing
+        {"num_experts_per_tok=2"},
         {"model_name=mixtral-test", "num_experts=1"},
         {"model_name=mixtral-test", "num_experts_per_tok=5"},
         {"model_name=mixtral-test", "capacity_factor=1.5"}}) {  // sparse_matmul=true is dropless

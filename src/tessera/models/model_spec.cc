@@ -62,6 +62,17 @@ ModelSpec model_spec_from_config(const Config& cfg) {
     fail(ErrorKind::kConfig,
          "num_experts={}: the {} block has a dense MLP; the mixture-of-experts blocks are {}", s.num_experts,
          cfg.decoder_block, moe_blocks());
+  // The MoE keys act only on MoE layers: set on a dense model they would do nothing.
+  if (!family_for(cfg.decoder_block).moe) {
+    const std::pair<bool, const char*> moe_only[] = {
+        {cfg.num_experts_per_tok > 1, "num_experts_per_tok"},
+        {cfg.load_balance_loss_weight > 0, "load_balance_loss_weight"},
+        {cfg.capacity_factor > 0, "capacity_factor"}};
+    for (const auto& [set, key] : moe_only)
+      if (set)
+        fail(ErrorKind::kConfig, "{}: the {} block has no mixture-of-experts layers (those blocks are {})",
+             key, cfg.decoder_block, moe_blocks());
+  }
   s.dtype = dtype_from_name(cfg.dtype);
   const double pdb = cfg.per_device_batch_size;
   if (pdb < 1 || std::floor(pdb) != pdb)
