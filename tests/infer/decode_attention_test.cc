@@ -1,6 +1,7 @@
 // ops::decode_attention against its double reference: GQA groups smaller and larger than the
 // kernel's head group, head dims that are and are not a whole number of vectors, lengths across
-// several key blocks, sliding windows, repeated slots, f32 and bf16, both ISA builds.
+// several key blocks, sliding windows, repeated slots, attention sinks, f32 and bf16, both ISA
+// builds. Sinks add one zero-valued term to each softmax, so the output stays within the bound below.
 //
 // Tolerance per output element (f32 arithmetic, u = 2^-24; the reference sees the same inputs):
 //   a score s_j = scale q.k_j errs by at most ds = (ceil(D/8) + 6) u scale max_j sum_d |q_d k_jd|
@@ -27,6 +28,7 @@ struct Case {
   int64_t H, Hkv, D, S, T;
   std::vector<int32_t> slot, length;
   int64_t window;
+  bool sinks = false;  // GPT-OSS's attention sinks, one logit per query head
 };
 
 void check_case(const Case& c, DType dt, uint64_t seed) {
@@ -40,10 +42,18 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   std::copy(c.length.begin(), c.length.end(), length.t.ptr<int32_t>());
   const auto qv = testing::fill_uniform(q, seed, -2, 2), kv = testing::fill_uniform(k, seed + 1, -2, 2);
   const auto vv = testing::fill_uniform(v, seed + 2);
-  const ops::DecodeAttentionOptions opt{.sliding_window = c.window};
+  ops::DecodeAttentionOptions opt{.sliding_window = c.window};
+  OwnedTensor sinks(Shape{c.H}, DType::kF32);
+  std::vector<double> sv;
+  if (c.sinks) {  // one sink far above the scores: the running max moves at the end
+    sv = testing::fill_uniform(sinks, seed + 3, -2, 2);
+    sinks.t.ptr<float>()[0] = 6.0f;
+    sv[0] = 6.0;
+    opt.sinks = sinks.t;
+  }
   ops::decode_attention(q, k, v, slot, length, out, opt);
   std::vector<double> want;
-  ops::decode_attention_ref({M, c.H, c.Hkv, c.D, c.S, c.T}, opt, qv, kv, vv, c.slot, c.length, &want);
+  ops::decode_attention_ref({M, c.H, c.Hkv, c.D, c.S, c.T}, opt, qv, kv, vv, c.slot, c.length, &want, sv);
 
   const double u = 0x1.0p-24, scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   std::vector<double> tol(want.size());
@@ -77,6 +87,8 @@ TEST(DecodeAttention, MatchesReference) {
       {12, 1, 64, 2, 90, {1, 0}, {90, 33}, 70},         // G = 12 > 8 heads per walk, MQA
       {3, 3, 3, 1, 20, {0}, {20}, 1},                   // window 1: only the query's own key
       {8, 4, 128, 2, 40, {0, 1}, {1, 40}, 0},           // one key; a whole row
+      {12, 2, 64, 2, 150, {1, 0}, {150, 7}, 0, true},   // sinks over several blocks, G = 6
+      {4, 4, 10, 2, 40, {0, 1}, {40, 20}, 8, true},     // sinks with a sliding window
   };
   testing::for_each_isa([&] {
     uint64_t seed = 1;

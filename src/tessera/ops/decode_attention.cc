@@ -54,9 +54,24 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
     TESSERA_CHECK_SHAPE(len[b] >= 1 && len[b] <= T, "decode_attention: length[{}] = {} is outside [1, {}]", b,
                         len[b], T);
   }
+  const bool sinks = opt.sinks.defined();
+  TESSERA_CHECK_SHAPE(!sinks || (opt.sinks.shape() == Shape{H} && opt.sinks.dtype() == DType::kF32 &&
+                                 opt.sinks.is_contiguous()),
+                      "decode_attention: sinks must be contiguous float32 [{}], got {}", H,
+                      sinks ? opt.sinks.str() : std::string());
   if (M == 0) return;
-  const backends::DecodeAttentionProblem p{
-      M, H, Hkv, D, S, T, q.dtype() == DType::kBF16, scale, opt.sliding_window, s, len};
+  const backends::DecodeAttentionProblem p{M,
+                                           H,
+                                           Hkv,
+                                           D,
+                                           S,
+                                           T,
+                                           q.dtype() == DType::kBF16,
+                                           scale,
+                                           opt.sliding_window,
+                                           s,
+                                           len,
+                                           sinks ? opt.sinks.ptr<float>() : nullptr};
   backends::kernels_for(q).decode_attention->forward(p, q.data(), k_cache.data(), v_cache.data(), out.data());
 }
 
@@ -69,7 +84,8 @@ double decode_attention_flops(const std::vector<int64_t>& visible_keys, int64_t 
 void decode_attention_ref(const DecodeAttentionDims& d, const DecodeAttentionOptions& opt,
                           const std::vector<double>& q, const std::vector<double>& k,
                           const std::vector<double>& v, const std::vector<int32_t>& slot,
-                          const std::vector<int32_t>& length, std::vector<double>* out) {
+                          const std::vector<int32_t>& length, std::vector<double>* out,
+                          const std::vector<double>& sinks) {
   out->assign(d.M * d.H * d.D, 0.0);
   const double scale = opt.scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d.D)) : opt.scale;
   const int64_t G = d.H / d.Hkv;
@@ -89,7 +105,8 @@ void decode_attention_ref(const DecodeAttentionDims& d, const DecodeAttentionOpt
         s[j - j0] = scale * dot;
         mx = std::max(mx, s[j - j0]);
       }
-      double sum = 0;
+      if (!sinks.empty()) mx = std::max(mx, sinks[static_cast<size_t>(h)]);
+      double sum = sinks.empty() ? 0.0 : std::exp(sinks[static_cast<size_t>(h)] - mx);
       for (double& e : s) sum += (e = std::exp(e - mx));
       double* o = &(*out)[(b * d.H + h) * d.D];
       for (int64_t j = j0; j <= i; ++j)

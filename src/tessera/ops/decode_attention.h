@@ -28,6 +28,9 @@ namespace tessera::ops {
 struct DecodeAttentionOptions {
   float scale = 0.0f;          // 0: 1 / sqrt(D); otherwise must be > 0
   int64_t sliding_window = 0;  // 0: none
+  // f32 [H]: attention sinks (GPT-OSS; ops/attention.h): sinks[h] is one more logit in every
+  // softmax of query head h, with a zero value. Undefined: none.
+  Tensor sinks;
 };
 
 // Throws kShape naming the argument for bad shapes or dtypes, a slot outside [0, S), or a length
@@ -43,9 +46,11 @@ double decode_attention_flops(const std::vector<int64_t>& visible_keys, int64_t 
 struct DecodeAttentionDims {
   int64_t M, H, Hkv, D, S, T;
 };
+// `sinks` [H] (empty: none) stands for opt.sinks.
 void decode_attention_ref(const DecodeAttentionDims& dims, const DecodeAttentionOptions& opt,
                           const std::vector<double>& q, const std::vector<double>& k_cache,
                           const std::vector<double>& v_cache, const std::vector<int32_t>& slot,
-                          const std::vector<int32_t>& length, std::vector<double>* out);
+                          const std::vector<int32_t>& length, std::vector<double>* out,
+                          const std::vector<double>& sinks = {});
 
 }  // namespace tessera::ops

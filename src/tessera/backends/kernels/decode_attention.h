@@ -18,6 +18,7 @@ struct DecodeAttentionProblem {
   int64_t window;         // sliding window W (0: none)
   const int32_t* slot;    // [rows]: the cache row of each query
   const int32_t* length;  // [rows]: keys 0 .. length-1 exist; the query sits at length - 1
+  const float* sinks;     // [H]: one more logit per query head with a zero value; nullptr: none
 };
 
 struct DecodeAttentionKernels {
