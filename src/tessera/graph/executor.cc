@@ -24,7 +24,7 @@ dist::Communicator& tensor_group(dist::Mesh* mesh) {
 
 }  // namespace
 
-Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
+Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<const ops::RopeTable> rope,
                    dist::Mesh* mesh)
     : spec_(spec),
       ws_(workspace),
@@ -45,7 +45,7 @@ Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<o
                   dtype_name(dt));
   }
   for (const Value& v : spec_.graph().values())
-    if (v.kind == ValueKind::kParam) grads_.push_back(ws_.opt_view(v.grad));
+    if (v.kind == ValueKind::kParam && v.grad != kNoValue) grads_.push_back(ws_.opt_view(v.grad));
   if (mesh_ && mesh_->num_devices() > 1) sync_ = std::make_unique<ParamSync>(spec_, ws_, *mesh_);
   TESSERA_CHECK(sync_ || (!spec_.any_sharded() && !spec_.zero1()), ErrorKind::kInternal,
                 "a sharded plan needs the mesh it was planned for");
@@ -150,6 +150,11 @@ double Executor::forward_backward(bool last_micro_step) {
 double Executor::forward_only(int64_t* counted) {
   run_range(0, spec_.first_optimizer_node(), true, false);
   return summed_loss(counted);
+}
+
+void Executor::infer() {
+  TESSERA_ASSERT(spec_.graph().inference());
+  run_range(0, spec_.first_optimizer_node(), true, false);
 }
 
 double Executor::param_norm() {

@@ -53,9 +53,10 @@ class Executor {
  public:
   // `mesh` (not owned; nullptr: one device) gives the communicators the collectives run on. The
   // spec and workspace (not owned) must outlive the executor; the workspace must be the spec's.
-  Executor(const PlanSpec& spec, Workspace& workspace, std::unique_ptr<ops::RopeTable> rope,
+  // The RoPE table may be shared by several executors (decoding's plans of one model).
+  Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<const ops::RopeTable> rope,
            dist::Mesh* mesh = nullptr);
-  Executor(Plan& plan, std::unique_ptr<ops::RopeTable> rope, dist::Mesh* mesh = nullptr)
+  Executor(Plan& plan, std::shared_ptr<const ops::RopeTable> rope, dist::Mesh* mesh = nullptr)
       : Executor(plan.spec(), plan.workspace(), std::move(rope), mesh) {}
   ~Executor();
 
@@ -70,6 +71,8 @@ class Executor {
   double aux_loss() const;
   // Runs only the forward nodes (evaluation); returns the summed loss and counts tokens.
   double forward_only(int64_t* counted = nullptr);
+  // Runs an inference graph (Graph::inference(): decoding); its outputs are then in the workspace.
+  void infer();
   // Completes the gradients' reductions (on more than one rank), clips by the global norm over
   // the whole model and updates every parameter (its piece, when sharded).
   OptimizerResult apply_optimizer(const OptimizerStep& step);
@@ -96,7 +99,7 @@ class Executor {
   const PlanSpec& spec_;
   Workspace& ws_;
   backends::Backend& backend_;  // the workspace's device's: memory operations between nodes
-  std::unique_ptr<ops::RopeTable> rope_;
+  std::shared_ptr<const ops::RopeTable> rope_;
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank
   RunContext ctx_;                   // what the op table's kernel calls read (op_table.h)

@@ -55,6 +55,7 @@ ValueId Graph::param(const std::string& name, Shape shape, std::vector<std::stri
   v.logical_axes = std::move(logical_axes);
   v.weight_decay = weight_decay;
   ValueId id = add_value(v);
+  if (inference_) return id;
   Value g{.name = name + ".grad", .shape = shape, .dtype = DType::kF32, .kind = ValueKind::kGrad};
   g.master = id;
   ValueId gid = add_value(g);
@@ -64,6 +65,16 @@ ValueId Graph::param(const std::string& name, Shape shape, std::vector<std::stri
 
 ValueId Graph::input(const std::string& name, Shape shape, DType dtype) {
   return add_value(Value{.name = name, .shape = shape, .dtype = dtype, .kind = ValueKind::kInput});
+}
+
+void Graph::set_inference() {
+  TESSERA_ASSERT(values_.empty());
+  inference_ = true;
+}
+
+ValueId Graph::cache(const std::string& name, Shape shape, DType dtype) {
+  TESSERA_ASSERT(inference_);
+  return add_value(Value{.name = name, .shape = shape, .dtype = dtype, .kind = ValueKind::kCache});
 }
 
 ValueId Graph::activation(const std::string& name, Shape shape, DType dtype) {
@@ -137,6 +148,17 @@ ValueId Graph::attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, c
   a.sinks = sinks != kNoValue;
   if (a.sinks) in.push_back(sinks);
   return add_op(OpKind::kAttention, std::move(in), a, name, "context");
+}
+
+ValueId Graph::cached_attention(ValueId q, ValueId k, ValueId v, ValueId k_cache, ValueId v_cache,
+                                ValueId positions, ValueId slots, const AttentionAttrs& shape,
+                                const std::string& name, ValueId sinks) {
+  TESSERA_ASSERT(inference_);
+  std::vector<ValueId> in = {q, k, v, k_cache, v_cache, positions, slots};
+  AttentionAttrs a = shape;
+  a.sinks = sinks != kNoValue;
+  if (a.sinks) in.push_back(sinks);
+  return add_op(OpKind::kCachedAttention, std::move(in), a, name, "context");
 }
 
 ValueId Graph::glu(int act, ValueId gate, ValueId up, const std::string& name, const std::string& ckpt,

@@ -34,6 +34,7 @@ enum class ValueKind {
   kGrad,          // f32 gradient of a kParam: persistent, accumulated, zeroed each step
   kOptState,      // optimizer moments: persistent
   kInput,         // a batch input (tokens, targets, positions, segment ids): filled each step
+  kCache,         // decoding state (a layer's KV cache): persistent, written by the ops that own it
   kActivation,    // anything else: placed in the activation arena by the memory plan
 };
 
@@ -124,8 +125,13 @@ enum class OpKind {
   kMoeCombineBwd,   // in: dy, ys, weights, rows             out: dys [R,E], dweights [N,k]
   kGroupedBiasAdd,  // in: x [R,C], bias [X,C] f32, sizes    out: y = x + bias of the row's group
   kGroupedBiasGrad,  // in: dy [R,C], sizes                   out: dbias (accumulated)
-  kAdamW,            // in: param grad m v [compute copy]     (updates in place)
-  kSgd,              // in: param grad [compute copy]         (updates in place)
+  // Decoding (inference graphs): M rows, each a token of the sequence in KV-cache slot slots[m] at
+  // position positions[m]; k_cache, v_cache [S,T,K,D] are kCache values the op writes.
+  // kCachedAttention: in: q [M,H*D], k, v [M,K*D], k_cache, v_cache, positions [1,M], slots [M]
+  //                   [, sinks]                              out: o [M,H*D], index [2,M] i32
+  kCachedAttention,
+  kAdamW,  // in: param grad m v [compute copy]     (updates in place)
+  kSgd,    // in: param grad [compute copy]         (updates in place)
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSgd) + 1;  // the last kind above, plus one
 
@@ -227,6 +233,15 @@ class Graph {
                  bool trans_b = false);
   ValueId rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,
                const std::string& name);
+  // A decoding graph's KV cache [S, T, K, D] (kCache), in the compute dtype.
+  ValueId cache(const std::string& name, Shape shape, DType dtype);
+  // Decoding attention (kCachedAttention): stores each row's k and v in its slot's cache at its
+  // position, then attends its query to the slot's positions up to its own (causal, the sliding
+  // window of shape.sliding_window, sinks). shape.batch = 1, shape.seq = M. A row of slot -1 is
+  // padding: it writes nothing and its output is zero.
+  ValueId cached_attention(ValueId q, ValueId k, ValueId v, ValueId k_cache, ValueId v_cache,
+                           ValueId positions, ValueId slots, const AttentionAttrs& shape,
+                           const std::string& name, ValueId sinks = kNoValue);
   // `sinks` (kNoValue: none) is an f32 parameter [heads]; shape.sinks is set from it.
   ValueId attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
                     const std::string& name, ValueId sinks = kNoValue);
@@ -291,6 +306,12 @@ class Graph {
 
   ValueId loss() const { return loss_; }
   void set_loss(ValueId v) { loss_ = v; }
+  // An inference graph (decoding): no loss, no backward and no optimizer; its parameters have no
+  // gradients; the host reads its outputs after a pass. Set before the first parameter.
+  void set_inference();
+  bool inference() const { return inference_; }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+  void add_output(ValueId v) { outputs_.push_back(v); }
   // Scalar losses [1] f32 added to the objective beside the token loss (MoE load balance): autodiff
   // seeds each with the `daux` input, and the executor reports their sum (aux_loss_sum).
   const std::vector<ValueId>& aux_losses() const { return aux_losses_; }
@@ -307,6 +328,8 @@ class Graph {
   Phase phase_ = Phase::kForward;
   ValueId loss_ = kNoValue;
   std::vector<ValueId> aux_losses_;
+  bool inference_ = false;
+  std::vector<ValueId> outputs_;
 };
 
 }  // namespace tessera::graph

@@ -38,6 +38,8 @@ MemoryPlan plan_memory(const Graph& g) {
   if (g.loss() != kNoValue && nn > 0) touch(g.loss(), nn - 1);
   for (ValueId a : g.aux_losses())  // so are the aux losses
     if (nn > 0) touch(a, nn - 1);
+  for (ValueId o : g.outputs())  // and an inference graph's outputs
+    if (nn > 0) touch(o, nn - 1);
   std::vector<ValueId> placed_order;
   for (size_t v = 0; v < nv; ++v) {
     const Value& val = g.value(static_cast<ValueId>(v));

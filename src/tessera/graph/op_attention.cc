@@ -1,12 +1,14 @@
-// The attention op families of the op table (op_table.h): rope and causal attention (GQA, sliding
-// window, packed segments), each with its shapes, sharding rule, backward rule, kernel call and
-// FLOPs side by side. Activations are [N, heads*D], seen as [B, T, heads, D] by the kernels.
+// The attention op families of the op table (op_table.h): rope, causal attention (GQA, sliding
+// window, packed segments, sinks) and decoding's cached attention, each with its shapes, sharding rule,
+// backward rule, kernel call and FLOPs side by side. Activations are [N, heads*D], seen as [B, T, heads, D]
+// by the kernels.
 #include "tessera/core/error.h"
 #include "tessera/graph/autodiff.h"
 #include "tessera/graph/op_families.h"
 #include "tessera/graph/sharding.h"
 #include "tessera/graph/workspace.h"
 #include "tessera/ops/attention.h"
+#include "tessera/ops/decode_attention.h"
 #include "tessera/ops/rope.h"
 
 namespace tessera::graph {
@@ -150,6 +152,87 @@ double attention_bwd_flops(const Graph&, const Node& n) {
   return ops::attention_bwd_flops(a.batch, a.seq, a.heads, a.head_dim, a.sliding_window);
 }
 
+// ---- cached attention (decoding): store each row's k, v in the KV cache, then attend ------------
+// in: q [M, H*D], k, v [M, K*D], k_cache, v_cache [S, T, K, D], positions [1, M], slots [M] [, sinks]
+// out: o [M, H*D], index [2, M] int32 (the kernel's slot and length per row: scratch)
+
+std::vector<OutputSpec> cached_attention_infer(const Graph& g, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  const Value& q = g.value(n.in[0]);
+  const Value& k = g.value(n.in[1]);
+  const Value& v = g.value(n.in[2]);
+  const Value& kc = g.value(n.in[3]);
+  const Value& vc = g.value(n.in[4]);
+  const Value& pos = g.value(n.in[5]);
+  const Value& slots = g.value(n.in[6]);
+  const int64_t M = q.shape[0], H = a.heads, K = a.kv_heads, D = a.head_dim;
+  TESSERA_CHECK_SHAPE(q.shape == (Shape{M, H * D}) && k.shape == (Shape{M, K * D}) && v.shape == k.shape &&
+                          a.batch == 1 && a.seq == M,
+                      "{}: {} query and {} kv heads of {} over {} rows do not match q {}, k {} and v {}",
+                      n.name, H, K, D, a.seq, q.shape.str(), k.shape.str(), v.shape.str());
+  TESSERA_CHECK_SHAPE(kc.kind == ValueKind::kCache && vc.kind == ValueKind::kCache && kc.shape.rank() == 4 &&
+                          kc.shape[2] == K && kc.shape[3] == D && vc.shape == kc.shape &&
+                          kc.dtype == q.dtype && vc.dtype == q.dtype && k.dtype == q.dtype &&
+                          v.dtype == q.dtype,
+                      "{}: the caches must be {} KV caches [S, T, {}, {}], got {} and {}", n.name,
+                      dtype_name(q.dtype), K, D, kc.shape.str(), vc.shape.str());
+  TESSERA_CHECK_SHAPE(pos.shape.numel() == M && pos.dtype == DType::kI32 && slots.shape == (Shape{M}) &&
+                          slots.dtype == DType::kI32,
+                      "{}: positions and slots must be int32 with {} elements, got {} and {}", n.name, M,
+                      pos.shape.str(), slots.shape.str());
+  return {{"", q.shape, q.dtype}, {".index", Shape{2, M}, DType::kI32}};
+}
+
+void cached_attention_run(const RunContext& c, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  const Tensor &q = c.in(n, 0), &k = c.in(n, 1), &v = c.in(n, 2), &kc = c.in(n, 3), &vc = c.in(n, 4);
+  const int32_t* pos = c.in(n, 5).ptr<int32_t>();
+  const int32_t* slot = c.in(n, 6).ptr<int32_t>();
+  const Tensor& out = c.out(n, 0);
+  const Tensor& index = c.out(n, 1);
+  const int64_t M = q.dim(0), S = kc.dim(0), T = kc.dim(1), H = a.heads, K = a.kv_heads, D = a.head_dim;
+  const size_t row_bytes = static_cast<size_t>(K * D) * dtype_size(q.dtype());
+  int32_t* idx_slot = index.ptr<int32_t>();
+  int32_t* idx_len = idx_slot + M;
+  bool padded = false;
+  for (int64_t m = 0; m < M; ++m) {  // every row's key and value first: a prefill's rows see each other's
+    if (slot[m] < 0) {
+      idx_slot[m] = 0, idx_len[m] = 1, padded = true;  // attends to something; its output is cleared
+      continue;
+    }
+    TESSERA_CHECK_SHAPE(slot[m] < S && pos[m] >= 0 && pos[m] < T,
+                        "{}: row {} is at slot {}, position {}; the cache has {} slots of {} positions",
+                        n.name, m, slot[m], pos[m], S, T);
+    const size_t at = static_cast<size_t>(slot[m] * T + pos[m]) * row_bytes;
+    std::memcpy(static_cast<char*>(kc.data()) + at, static_cast<const char*>(k.data()) + m * row_bytes,
+                row_bytes);
+    std::memcpy(static_cast<char*>(vc.data()) + at, static_cast<const char*>(v.data()) + m * row_bytes,
+                row_bytes);
+    idx_slot[m] = slot[m], idx_len[m] = pos[m] + 1;
+  }
+  ops::DecodeAttentionOptions o{.sliding_window = a.sliding_window};
+  if (a.sinks) o.sinks = c.in(n, n.in.size() - 1);
+  ops::decode_attention(q.reshape(Shape{M, H, D}), kc, vc, index.slice0(0, 1).reshape(Shape{M}),
+                        index.slice0(1, 2).reshape(Shape{M}), out.reshape(Shape{M, H, D}), o);
+  if (padded)
+    for (int64_t m = 0; m < M; ++m)
+      if (slot[m] < 0) std::memset(out.slice0(m, m + 1).data(), 0, out.slice0(m, m + 1).nbytes());
+}
+
+[[noreturn]] void cached_attention_backward(GradBuilder&, const Node& f, ValueId) {
+  fail(ErrorKind::kInternal, "{}: cached attention is a decoding op (inference graphs have no backward)",
+       f.name);
+}
+
+// The FLOPs of rows that each see the whole window or cache (the keys a row sees are known only
+// when it runs): an upper bound, for reports.
+double cached_attention_flops(const Graph& g, const Node& n) {
+  const AttentionAttrs& a = n.attr<AttentionAttrs>();
+  const int64_t T = g.value(n.in[3]).shape[1];
+  const int64_t keys = a.sliding_window > 0 ? std::min<int64_t>(a.sliding_window, T) : T;
+  return 4.0 * static_cast<double>(a.seq) * static_cast<double>(keys) * a.heads * a.head_dim;
+}
+
 }  // namespace
 
 std::vector<OpDef> attention_op_defs() {
@@ -172,6 +255,12 @@ std::vector<OpDef> attention_op_defs() {
        .name = "attention_bwd",
        .run = attention_bwd_run,
        .flops = attention_bwd_flops},
+      {.kind = OpKind::kCachedAttention,
+       .name = "cached_attention",
+       .infer = cached_attention_infer,
+       .backward = cached_attention_backward,
+       .run = cached_attention_run,
+       .flops = cached_attention_flops},
   };
 }
 

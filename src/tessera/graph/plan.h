@@ -17,6 +17,9 @@ class Plan {
  public:
   // Takes a forward graph with its loss set; builds its PlanSpec and allocates its Workspace.
   Plan(Graph forward, const PlanOptions& opts) : spec_(std::move(forward), opts), workspace_(spec_) {}
+  // A finished spec bound with `shared`'s arenas in place of its own (workspace.h: decoding's plans
+  // of one model share their parameters, KV caches and activations).
+  Plan(PlanSpec spec, const SharedArenas& shared) : spec_(std::move(spec)), workspace_(spec_, shared) {}
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 

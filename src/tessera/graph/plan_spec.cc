@@ -74,10 +74,16 @@ int64_t PlanSharding::world() const {
 PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     : graph_(std::move(forward)), has_graph_(true), sharding_(opts.sharding) {
   shard_tensor_parallel(graph_);
-  dloss_ = append_backward(graph_, &daux_);
-  apply_remat(graph_, opts.remat_policy);
-  first_opt_ = static_cast<int>(graph_.nodes().size());
-  append_optimizer(graph_, opts.optimizer);
+  if (graph_.inference()) {
+    TESSERA_CHECK(graph_.loss() == kNoValue && graph_.aux_losses().empty() && sharding_.world() == 1,
+                  ErrorKind::kInternal, "an inference graph has no loss and runs on one device");
+    first_opt_ = static_cast<int>(graph_.nodes().size());
+  } else {
+    dloss_ = append_backward(graph_, &daux_);
+    apply_remat(graph_, opts.remat_policy);
+    first_opt_ = static_cast<int>(graph_.nodes().size());
+    append_optimizer(graph_, opts.optimizer);
+  }
   for (const Value& v : graph_.values())
     if (v.kind == ValueKind::kParam) num_params_ += v.shape.numel();
   make_layouts();
@@ -204,10 +210,16 @@ void PlanSpec::place_values() {
   views_.assign(nv, Placement{});
   state_.assign(nv, Placement{});
   opt_.assign(nv, Placement{});
-  Cursor persistent{ArenaKind::kPersistent};
+  Cursor persistent{ArenaKind::kPersistent}, model_state{ArenaKind::kModelState};
   for (size_t i = 0; i < nv; ++i) {
     const Value& v = values[i];
-    if (persistent_kind(v.kind)) {
+    if (graph_.inference() && v.kind != ValueKind::kInput && v.kind != ValueKind::kActivation) {
+      state_[i] = model_state.take(v.shape, v.dtype);  // parameters, compute copies, KV caches
+      const size_t b = aligned_bytes(v.shape, v.dtype);
+      (v.kind == ValueKind::kParam   ? memory_.params
+       : v.kind == ValueKind::kCache ? memory_.kv_cache
+                                     : memory_.param_copies) += b;
+    } else if (persistent_kind(v.kind)) {
       Shape shape = v.shape;
       if (layout_index_[i] >= 0) {
         const ParamLayout& L = layouts_[static_cast<size_t>(layout_index_[i])];
@@ -227,6 +239,7 @@ void PlanSpec::place_values() {
     views_[i] = opt_[i] = state_[i];
   }
   arena_bytes_[static_cast<int>(ArenaKind::kPersistent)] = persistent.at;
+  arena_bytes_[static_cast<int>(ArenaKind::kModelState)] = model_state.at;
   arena_bytes_[static_cast<int>(ArenaKind::kActivations)] = mem_plan.arena_bytes;
   memory_.activations = mem_plan.arena_bytes;
   memory_.activations_lower_bound = mem_plan.lower_bound;
@@ -322,7 +335,8 @@ std::string PlanSpec::summary() const {
       "inputs {}, {}activations {} (lower bound {}), total {}",
       sharding_.world() > 1 ? " per rank" : "", gib(m.params), gib(m.param_copies), gib(m.grads),
       gib(m.optimizer), gib(m.inputs),
-      m.gathered > 0 ? fmt::format("collective buffers {}, ", gib(m.gathered)) : std::string(),
+      (m.gathered > 0 ? fmt::format("collective buffers {}, ", gib(m.gathered)) : std::string()) +
+          (m.kv_cache > 0 ? fmt::format("KV cache {}, ", gib(m.kv_cache)) : std::string()),
       gib(m.activations), gib(m.activations_lower_bound), gib(m.total()));
   if (m.collective_scratch_estimate > 0)
     s += fmt::format(

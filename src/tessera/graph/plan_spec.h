@@ -68,8 +68,12 @@ enum class ArenaKind : uint8_t {
   kPersistent,   // params, compute copies, grads, optimizer state, inputs
   kGathered,     // FSDP gather slots and buffers, staging; ZeRO-1 gradient pieces
   kActivations,  // the memory plan's activation arena
+  // An inference graph's parameters, compute copies and KV caches, placed in creation order: the
+  // plans of one model built for other row counts place them alike, so they can share one arena
+  // (Workspace's external arenas).
+  kModelState,
 };
-inline constexpr int kNumArenas = 4;
+inline constexpr int kNumArenas = 5;
 
 struct Placement {
   ArenaKind arena = ArenaKind::kNone;
@@ -112,11 +116,14 @@ struct MemoryReport {
   size_t gathered = 0;     // FSDP gather buffers, whole gradients and staging; ZeRO-1 gradient pieces
   size_t activations = 0;  // the planned activation arena
   size_t activations_lower_bound = 0;
+  size_t kv_cache = 0;  // an inference graph's KV caches
   // The MPI communicators' scratch for the non-blocking reductions (dist/mpi_communicator.cc), as
   // estimated from the schedule (collective_scratch_estimate below). Not in total(): it is an
   // estimate, and the communicators map it outside the plan's arenas.
   size_t collective_scratch_estimate = 0;
-  size_t total() const { return params + param_copies + grads + optimizer + inputs + gathered + activations; }
+  size_t total() const {
+    return params + param_copies + grads + optimizer + inputs + gathered + activations + kv_cache;
+  }
   bool operator==(const MemoryReport&) const = default;
 };
 
@@ -171,7 +178,8 @@ struct NodeRecord {
 class PlanSpec {
  public:
   // Takes a forward graph with its loss set; appends backward, remat and optimizer; lays out and
-  // places every value. Allocates no tensor memory.
+  // places every value. Allocates no tensor memory. An inference graph (Graph::inference(): no
+  // loss) gets no backward, remat or optimizer, and its model state goes to ArenaKind::kModelState.
   PlanSpec(Graph forward, const PlanOptions& opts);
 
   // The JSON form (nodes, placements, arenas, reports, schedule; see plan_spec_json.cc), and back.

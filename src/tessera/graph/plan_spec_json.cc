@@ -14,7 +14,8 @@
 namespace tessera::graph {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryReport, params, param_copies, grads, optimizer, inputs, gathered,
-                                   activations, activations_lower_bound, collective_scratch_estimate)
+                                   activations, activations_lower_bound, kv_cache,
+                                   collective_scratch_estimate)
 
 namespace {
 

@@ -12,9 +12,10 @@ namespace {
 // The arenas are mapped and pre-faulted whole: a plan larger than this machine's memory would be
 // killed by the kernel part-way through (or swap for hours), so it is refused before anything is
 // mapped, with the keys that size it.
-void check_fits_in_memory(const PlanSpec& spec) {
-  const size_t persistent = spec.arena_bytes(ArenaKind::kPersistent);
-  const size_t activations = spec.arena_bytes(ArenaKind::kActivations);
+void check_fits_in_memory(const PlanSpec& spec, const SharedArenas& shared) {
+  const size_t persistent = spec.arena_bytes(ArenaKind::kPersistent) +
+                            (shared.model_state ? 0 : spec.arena_bytes(ArenaKind::kModelState));
+  const size_t activations = shared.activations ? 0 : spec.arena_bytes(ArenaKind::kActivations);
   const size_t gathered = spec.arena_bytes(ArenaKind::kGathered);
   const size_t total = checked_add(checked_add(persistent, activations, "the plan"), gathered, "the plan");
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
@@ -34,11 +35,18 @@ void check_fits_in_memory(const PlanSpec& spec) {
 
 }  // namespace
 
-Workspace::Workspace(const PlanSpec& spec) {
+Workspace::Workspace(const PlanSpec& spec, const SharedArenas& shared)
+    : shared_model_state_(shared.model_state), shared_activations_(shared.activations) {
   TESSERA_CHECK(spec.has_graph(), ErrorKind::kInternal, "a PlanSpec loaded from JSON has no graph to bind");
-  check_fits_in_memory(spec);
+  TESSERA_ASSERT(!shared.model_state ||
+                 shared.model_state->capacity() >= spec.arena_bytes(ArenaKind::kModelState));
+  TESSERA_ASSERT(!shared.activations ||
+                 shared.activations->capacity() >= spec.arena_bytes(ArenaKind::kActivations));
+  check_fits_in_memory(spec, shared);
   persistent_ = Arena(spec.arena_bytes(ArenaKind::kPersistent), "parameters and optimizer state");
-  activations_ = Arena(spec.arena_bytes(ArenaKind::kActivations), "activations");
+  if (!shared.activations) activations_ = Arena(spec.arena_bytes(ArenaKind::kActivations), "activations");
+  if (!shared.model_state && spec.arena_bytes(ArenaKind::kModelState) > 0)
+    model_state_ = Arena(spec.arena_bytes(ArenaKind::kModelState), "model state");
   if (spec.arena_bytes(ArenaKind::kGathered) > 0)
     gathered_ = Arena(spec.arena_bytes(ArenaKind::kGathered), "gathered parameters and gradients");
   const size_t nv = spec.graph().values().size();
@@ -71,7 +79,10 @@ Tensor Workspace::bind(const Placement& p) const {
       a = &gathered_;
       break;
     case ArenaKind::kActivations:
-      a = &activations_;
+      a = shared_activations_ ? shared_activations_ : &activations_;
+      break;
+    case ArenaKind::kModelState:
+      a = shared_model_state_ ? shared_model_state_ : &model_state_;
       break;
   }
   TESSERA_ASSERT(p.offset + p.bytes() <= a->capacity() || p.bytes() == 0);
@@ -79,7 +90,7 @@ Tensor Workspace::bind(const Placement& p) const {
 }
 
 size_t Workspace::mapped_bytes() const {
-  return persistent_.capacity() + gathered_.capacity() + activations_.capacity();
+  return persistent_.capacity() + gathered_.capacity() + activations_.capacity() + model_state_.capacity();
 }
 
 }  // namespace tessera::graph

@@ -11,11 +11,20 @@
 
 namespace tessera::graph {
 
+// Arenas a workspace binds instead of mapping its own (not owned; each at least as large as the
+// spec asks): the plans of one model for several row counts (decoding) share the model state
+// (parameters and KV caches, ArenaKind::kModelState) and, as only one runs at a time, the
+// activations.
+struct SharedArenas {
+  const Arena* model_state = nullptr;
+  const Arena* activations = nullptr;
+};
+
 class Workspace {
  public:
-  // Allocates the arenas spec.arena_bytes() asks for; the spec must have its graph (has_graph()).
-  // The Workspace keeps no reference to the spec.
-  explicit Workspace(const PlanSpec& spec);
+  // Allocates the arenas spec.arena_bytes() asks for, except those `shared` gives; the spec must
+  // have its graph (has_graph()). The Workspace keeps no reference to the spec.
+  explicit Workspace(const PlanSpec& spec, const SharedArenas& shared = {});
 
   // The tensors of PlanSpec::view / state / opt.
   const Tensor& view(ValueId v) const { return views_[v]; }
@@ -37,6 +46,9 @@ class Workspace {
   Arena persistent_;  // params, copies, grads, optimizer state, inputs
   Arena gathered_;    // FSDP gather slots and buffers, staging; ZeRO-1 gradient pieces
   Arena activations_;
+  Arena model_state_;
+  const Arena* shared_model_state_ = nullptr;
+  const Arena* shared_activations_ = nullptr;
   std::vector<Tensor> views_, state_, opt_views_;
   std::vector<std::vector<Tensor>> gather_staging_;
   std::vector<Tensor> grad_staging_;
