@@ -45,6 +45,7 @@
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/graph.h"
+#include "tessera/infer/graph_engine.h"
 #include "tessera/models/decoder.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/attention.h"
@@ -478,18 +479,23 @@ void LlamaEngine::linear(const Tensor& x, const Tensor& w, const Tensor& y, bool
   if (r < M) ops::gemv(rows(x, r, M - r), w, rows(y, r, M - r), {.accumulate = accumulate});
 }
 
-// The spec and options the engine builds; kConfig otherwise.
-void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
+// Why the Llama engine cannot run `s` (the graph engine then does), or "" when it can.
+std::string llama_engine_refuses(const models::ModelSpec& s) {
   if (s.decoder_block != "llama2" && s.decoder_block != "mistral" && s.decoder_block != "default")
-    fail(ErrorKind::kConfig, "decoder_block '{}': the engine runs llama2 and mistral", s.decoder_block);
-  if (s.attention_bias || s.attention_out_bias || s.mlp_bias || s.qk_norm)
-    fail(ErrorKind::kConfig,
-         "attention_bias / use_qk_norm: the decoding engine runs Llama's block without "
-         "projection biases or QK-norm");
+    return fmt::format("decoder_block '{}' (it runs llama2 and mistral)", s.decoder_block);
+  if (s.attention_bias || s.attention_out_bias || s.mlp_bias || s.qk_norm || s.attention_sinks)
+    return "projection biases, QK-norm or attention sinks";
+  if (s.rope_type != "default" && s.rope_type != "llama3.1")
+    return fmt::format("rope_type '{}' (it supports default and llama3.1)", s.rope_type);
+  if (s.head_dim < 2 || s.head_dim % 2 != 0 || s.head_dim > 256 || s.window_cycle != 0 || s.num_experts > 1)
+    return "this head_dim, alternating windows or experts";
+  return "";
+}
+
+// The spec and options the Llama engine builds; kConfig otherwise.
+void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
   if (s.dtype != DType::kF32 && s.dtype != DType::kBF16)
     fail(ErrorKind::kConfig, "dtype {}: the engine computes in float32 or bfloat16", dtype_name(s.dtype));
-  if (s.rope_type != "default" && s.rope_type != "llama3.1")
-    fail(ErrorKind::kConfig, "rope_type '{}': the engine supports default and llama3.1", s.rope_type);
   if (s.emb_dim < 1 || s.num_query_heads < 1 || s.num_kv_heads < 1 ||
       s.num_query_heads % s.num_kv_heads != 0 || s.mlp_dim < 1 || s.num_decoder_layers < 1 ||
       s.vocab_size < 1)
@@ -498,8 +504,6 @@ void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
          "vocab {} "
          "must all be >= 1",
          s.emb_dim, s.num_query_heads, s.num_kv_heads, s.mlp_dim, s.num_decoder_layers, s.vocab_size);
-  if (s.head_dim < 2 || s.head_dim % 2 != 0 || s.head_dim > 256)
-    fail(ErrorKind::kConfig, "head_dim {}: the engine needs an even head_dim of at most 256", s.head_dim);
   if (s.sliding_window < 0) fail(ErrorKind::kConfig, "sliding_window_size {} must be >= 0", s.sliding_window);
   if (o.max_slots < 1)
     fail(ErrorKind::kConfig, "the engine needs at least one slot, got max_slots {}", o.max_slots);
@@ -527,6 +531,12 @@ std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::
 
 std::unique_ptr<Engine> make_engine(const models::ModelSpec& spec, const EngineOptions& options,
                                     const ParameterSource& params) {
+  const std::string refused = llama_engine_refuses(spec);
+  const EngineKind kind = options.kind == EngineKind::kAuto
+                              ? (refused.empty() ? EngineKind::kLlama : EngineKind::kGraph)
+                              : options.kind;
+  if (kind == EngineKind::kGraph) return make_graph_engine(spec, options, params);
+  if (!refused.empty()) fail(ErrorKind::kConfig, "the Llama decoding engine does not run {}", refused);
   check_buildable(spec, options);
   return std::make_unique<LlamaEngine>(spec, options, params);
 }

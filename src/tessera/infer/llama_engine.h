@@ -1,6 +1,7 @@
 // The CPU Engine for the Llama family (Llama 2/3/3.1, Mistral): weights in the compute dtype
 // (`dtype`: f32 or bf16), a KV cache per layer of [max_slots, max_target_length, K, D] in the same
-// dtype, GQA-aware attention of the new positions against the cache.
+// dtype, GQA-aware attention of the new positions against the cache. make_engine builds it, or the
+// graph engine (graph_engine.h) for the other families.
 #pragma once
 
 #include <functional>
@@ -16,10 +17,16 @@
 
 namespace tessera::infer {
 
+// Which engine make_engine builds: the Llama engine (this file: decoding-specific layouts, the
+// faster on the Llama family), the graph engine (graph_engine.h: every family, from the model
+// definition), or the Llama engine where it runs the model and the graph engine elsewhere.
+enum class EngineKind { kAuto, kLlama, kGraph };
+
 struct EngineOptions {
   int max_slots = 1;               // sequences in flight
   int64_t max_target_length = 0;   // 0: the config's max_target_length
   int64_t max_prefill_length = 0;  // 0: the config's max_prefill_predict_length
+  EngineKind kind = EngineKind::kAuto;
 };
 
 // Builds the engine for cfg's model and loads its parameters from cfg.load_parameters_path (a
@@ -28,7 +35,7 @@ struct EngineOptions {
 std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& options);
 
 // The parameters the engine reads, by Tessera name, with their shapes as a checkpoint stores them
-// (kernels [in, out]): the same list as the training graph's (models/llama.cc through models/decoder.h).
+// (kernels [in, out]): the training graph's list (models/decoder.h), for any family.
 std::vector<std::pair<std::string, Shape>> llama_parameter_shapes(const models::ModelSpec& spec);
 
 // A parameter by Tessera name: an f32 tensor of its checkpoint shape, read before the next call.

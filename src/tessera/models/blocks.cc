@@ -11,6 +11,16 @@ using graph::ValueId;
 
 Blocks::Blocks(graph::Graph& g, const ModelSpec& s) : g_(g), s_(s) {
   const int64_t N = s.batch * s.seq;
+  if (s.decoding()) {
+    TESSERA_ASSERT(s.batch == 1 && s.tp_size == 1);
+    g.set_inference();
+    in_.tokens = g.input("inputs", Shape{N}, DType::kI32);
+    in_.positions = g.input("inputs_position", Shape{1, N}, DType::kI32);
+    in_.slots = g.input("decode_slots", Shape{N}, DType::kI32);
+    in_.targets = in_.segment_ids = graph::kNoValue;
+    if (s.decode.last_row_logits) in_.logit_rows = g.input("logit_rows", Shape{1}, DType::kI32);
+    return;
+  }
   in_.tokens = g.input("inputs", Shape{N}, DType::kI32);
   in_.targets = g.input("targets", Shape{N}, DType::kI32);
   in_.positions = g.input("inputs_position", Shape{s.batch, s.seq}, DType::kI32);
@@ -76,8 +86,16 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
   const ValueId sinks = s_.attention_sinks
                             ? g_.param(p + "sinks", Shape{H}, {"q_heads"}, /*weight_decay=*/false)
                             : graph::kNoValue;
-  ValueId o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention", sinks);  // [N, H*D]
-  return apply(wo, o, "out_proj");                                                // [N, E]
+  ValueId o;  // [N, H*D]
+  if (s_.decoding()) {
+    const Shape cache{s_.decode.slots, s_.decode.max_length, K, D};
+    const ValueId kc = g_.cache(p + "k_cache", cache, s_.dtype),
+                  vc = g_.cache(p + "v_cache", cache, s_.dtype);
+    o = g_.cached_attention(q, k, v, kc, vc, in_.positions, in_.slots, a, p + "attention", sinks);
+  } else {
+    o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention", sinks);
+  }
+  return apply(wo, o, "out_proj");  // [N, E]
 }
 
 ValueId Blocks::mlp(ValueId x, const std::string& p) {
@@ -121,12 +139,14 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
                     .batch = s_.batch,
                     .seq = s_.seq,
                     .dense = s_.moe_path == MoePath::kDense,
-                    .lb_weight = s_.load_balance_loss_weight};
-  if (s_.moe_path == MoePath::kCapacity) a.capacity = ops::moe_capacity(s_.seq, k, X, s_.capacity_factor);
+                    .lb_weight = s_.decoding() ? 0.0 : s_.load_balance_loss_weight};
+  // Decoding drops no token (as Hugging Face's models): capacity dropping is a training choice.
+  if (s_.moe_path == MoePath::kCapacity && !s_.decoding())
+    a.capacity = ops::moe_capacity(s_.seq, k, X, s_.capacity_factor);
   ValueId logits = g_.matmul(x, w(gate), p + "gate", "router_logits");  // [N, X]
   if (gate_bias != graph::kNoValue) logits = g_.bias_add(logits, gate_bias, p + "gate_biased");
   const graph::Graph::MoeRouting r = g_.moe_route(logits, a, p + "route");
-  if (s_.load_balance_loss_weight > 0) g_.moe_load_balance(logits, r.experts, a, p + "load_balance");
+  if (a.lb_weight > 0) g_.moe_load_balance(logits, r.experts, a, p + "load_balance");
   const graph::Graph::MoeRows rows = g_.moe_dispatch(x, r.experts, a, p + "dispatch");  // [R, E]
   const int64_t useful = N * k;
   // x·W[e] (+ b[e]) on the grouped rows; the remat name goes on the projection's final value.
@@ -151,9 +171,10 @@ ValueId Blocks::embed() {
   embedding_ = g_.param("token_embedder.embedding", Shape{s_.vocab_size, s_.emb_dim}, {"vocab", "embed"});
   ValueId x = g_.embedding(embedding_, in_.tokens, s_.dtype, "decoder.embed");  // [N, E]
   if (s_.trainable_position_size <= 0) return x;
-  TESSERA_CHECK(s_.seq <= s_.trainable_position_size, ErrorKind::kConfig,
+  const int64_t longest = s_.decoding() ? s_.decode.max_length : s_.seq;
+  TESSERA_CHECK(longest <= s_.trainable_position_size, ErrorKind::kConfig,
                 "max_target_length={} is longer than trainable_position_size={}, the learned positions",
-                s_.seq, s_.trainable_position_size);
+                longest, s_.trainable_position_size);
   ValueId pos = g_.param("decoder.position_embedder.embedding", Shape{s_.trainable_position_size, s_.emb_dim},
                          {"vocab_position", "embed"});
   return g_.add(x, g_.embedding(pos, in_.positions, s_.dtype, "decoder.position_embed"), "decoder.embed_sum");
@@ -161,6 +182,8 @@ ValueId Blocks::embed() {
 
 void Blocks::logits_and_loss(ValueId x) {
   TESSERA_ASSERT(embedding_ != graph::kNoValue);
+  if (in_.logit_rows != graph::kNoValue)  // a prefill chunk: only its last row's logits are used
+    x = g_.embedding(x, in_.logit_rows, s_.dtype, "decoder.logit_rows");  // [1, E]
   ValueId logits;
   if (s_.logits_via_embedding) {
     logits = g_.matmul(x, w(embedding_), "decoder.logits", "", /*trans_b=*/true);  // [N, V]
@@ -169,6 +192,7 @@ void Blocks::logits_and_loss(ValueId x) {
         g_.param("decoder.logits_dense.kernel", Shape{s_.emb_dim, s_.vocab_size}, {"embed", "vocab"});
     logits = g_.matmul(x, w(wu), "decoder.logits");  // [N, V]
   }
+  if (s_.decoding()) return g_.add_output(logits);
   g_.set_loss(g_.cross_entropy(logits, in_.targets, s_.z_loss, "loss"));
 }
 

@@ -13,8 +13,11 @@
 
 namespace tessera::models {
 
+// The graph's inputs. A decoding graph (ModelSpec::decoding()) has no targets or segment ids; it
+// has the KV-cache slot of each row [N] and, for last-row logits, the row to project [1].
 struct DecoderInputs {
   graph::ValueId tokens, targets, positions, segment_ids;
+  graph::ValueId slots = graph::kNoValue, logit_rows = graph::kNoValue;
 };
 
 class Blocks {
@@ -41,7 +44,8 @@ class Blocks {
   graph::ValueId apply(const Dense& d, graph::ValueId x, const std::string& ckpt);
   // Causal self-attention of x [N, E] -> [N, E]: q/k/v/out projections (biases when
   // spec.attention_bias / attention_out_bias), QK-norm when spec.qk_norm, RoPE when spec.rope,
-  // GQA, the spec's sliding window. `p` ends with '.'.
+  // GQA, the spec's sliding window. `p` ends with '.'. Decoding: against the layer's KV caches
+  // `p`k_cache / v_cache (graph.h's cached_attention).
   graph::ValueId attention(graph::ValueId x, const std::string& p);
   // x [N, E] -> [N, E]: gated act(x·Wi0) * (x·Wi1) · Wo when spec.gated_mlp, else act(x·Wi + bi)·Wo + bo
   // (biases when spec.mlp_bias).
@@ -56,6 +60,8 @@ class Blocks {
   // spec.trainable_position_size > 0) -> [N, E] in the compute dtype.
   graph::ValueId embed();
   // The final projection x [N, E] -> logits [N, V] (through the embedding when tied), and the loss.
+  // Decoding: the logits (of the last row only, when spec.decode.last_row_logits) are the graph's
+  // output "decoder.logits", and there is no loss.
   void logits_and_loss(graph::ValueId x);
 
  private:

@@ -75,6 +75,17 @@ struct ModelSpec {
   int64_t batch = 0;  // B: sequences per device per micro-step
   int64_t seq = 0;    // T: max_target_length
 
+  // Decoding (infer/graph_engine.h): the blocks build an inference graph of one engine step over
+  // seq rows (batch 1), each a token of a sequence in a KV-cache slot, against caches of `slots`
+  // sequences of `max_length` positions. rows() == 0: the training graph.
+  struct Decode {
+    int64_t slots = 0;             // S
+    int64_t max_length = 0;        // T of the caches (positions per slot)
+    bool last_row_logits = false;  // logits of the step's last row only (a prefill chunk)
+  };
+  Decode decode;
+  bool decoding() const { return decode.slots > 0; }
+
   // The sliding window of decoder layer `layer` (0: full attention).
   int64_t window_of(int64_t layer) const {
     return window_cycle > 0 && layer % window_cycle != 0 ? 0 : sliding_window;

@@ -1,0 +1,254 @@
+// The graph engine (graph_engine.h): the model's own graph, planned for decoding.
+#include "tessera/infer/graph_engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "tessera/core/arena.h"
+#include "tessera/core/error.h"
+#include "tessera/graph/executor.h"
+#include "tessera/graph/plan.h"
+#include "tessera/models/decoder.h"
+#include "tessera/models/init.h"
+#include "tessera/ops/convert.h"
+
+namespace tessera::infer {
+
+namespace {
+
+// One step size's plan: rows, its inputs and output.
+struct StepPlan {
+  int64_t rows = 0;
+  std::unique_ptr<graph::Plan> plan;
+  std::unique_ptr<graph::Executor> exec;
+  models::DecoderInputs in;
+  graph::ValueId logits = graph::kNoValue;
+};
+
+class GraphEngine final : public Engine {
+ public:
+  GraphEngine(const models::ModelSpec& spec, const EngineOptions& options, const ParameterSource& params);
+
+  const models::ModelSpec& spec() const override { return spec_; }
+  int64_t vocab_size() const override { return spec_.vocab_size; }
+  int max_slots() const override { return options_.max_slots; }
+  int64_t max_target_length() const override { return options_.max_target_length; }
+  int64_t max_prefill_length() const override { return options_.max_prefill_length; }
+  int64_t length(int slot) const override {
+    check_slot("length", slot);
+    return length_[static_cast<size_t>(slot)];
+  }
+  void prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) override;
+  void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) override;
+  void release(int slot) override {
+    check_slot("release", slot);
+    length_[static_cast<size_t>(slot)] = 0;
+  }
+
+ private:
+  models::ModelSpec step_spec(int64_t rows, bool last_row) const;
+  void check_slot(const char* what, int slot) const {
+    TESSERA_CHECK_SHAPE(slot >= 0 && slot < options_.max_slots, "engine.{}: slot {} is outside [0, {})", what,
+                        slot, options_.max_slots);
+  }
+  void check_tokens(const char* what, std::span<const int32_t> ids) const {
+    for (size_t i = 0; i < ids.size(); ++i)
+      TESSERA_CHECK_SHAPE(ids[i] >= 0 && ids[i] < spec_.vocab_size,
+                          "engine.{}: token {} at index {} is outside the vocabulary [0, {})", what, ids[i], i,
+                          spec_.vocab_size);
+  }
+  // Runs `p` on its filled inputs and widens logits rows [0, n) into `out`.
+  void run(StepPlan& p, int64_t n, float* out);
+
+  models::ModelSpec spec_;
+  EngineOptions options_;
+  Arena model_state_, activations_;
+  std::vector<StepPlan> prefill_, decode_;  // by rows 1, 2, 4, ...
+  std::vector<int64_t> length_;             // per slot
+};
+
+models::ModelSpec GraphEngine::step_spec(int64_t rows, bool last_row) const {
+  models::ModelSpec s = spec_;
+  s.batch = 1;
+  s.seq = rows;
+  s.decode = {.slots = options_.max_slots,
+              .max_length = options_.max_target_length,
+              .last_row_logits = last_row};
+  return s;
+}
+
+GraphEngine::GraphEngine(const models::ModelSpec& spec, const EngineOptions& options,
+                         const ParameterSource& params)
+    : spec_(spec), options_(options), length_(static_cast<size_t>(options.max_slots), 0) {
+  spec_.load_balance_loss_weight = 0;
+  spec_.tp_size = 1, spec_.tp_rank = 0, spec_.tp_axes.clear();
+  // The specs of every step size; their model state must be laid out alike to share one arena.
+  struct Step {
+    bool prefill;
+    int64_t rows;
+    graph::PlanSpec spec;
+  };
+  std::vector<Step> specs;
+  auto add = [&](int64_t rows, bool prefill) {
+    graph::Graph g;
+    models::build_decoder(g, step_spec(rows, prefill));
+    specs.push_back({prefill, rows, graph::PlanSpec(std::move(g), graph::PlanOptions{.remat_policy = "none"})});
+  };
+  for (int64_t r = 1; r <= options_.max_prefill_length; r *= 2) add(r, true);
+  for (int64_t r = 1;; r *= 2) {
+    add(r, false);
+    if (r >= options_.max_slots) break;
+  }
+  std::map<std::string, graph::Placement> model;  // the first spec's model state, by name
+  size_t activation_bytes = 0;
+  const size_t model_bytes = specs[0].spec.arena_bytes(graph::ArenaKind::kModelState);
+  for (const Step& step : specs) {
+    const graph::PlanSpec& s = step.spec;
+    activation_bytes = std::max(activation_bytes, s.arena_bytes(graph::ArenaKind::kActivations));
+    const auto& values = s.graph().values();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const graph::Placement& p = s.state(static_cast<graph::ValueId>(i));
+      if (p.arena != graph::ArenaKind::kModelState) continue;
+      const auto [it, fresh] = model.try_emplace(values[i].name, p);
+      TESSERA_CHECK(it->second == p, ErrorKind::kInternal,
+                    "engine: the decoding plans place '{}' differently", values[i].name);
+    }
+    TESSERA_CHECK(s.arena_bytes(graph::ArenaKind::kModelState) == model_bytes, ErrorKind::kInternal,
+                  "engine: the decoding plans' model state differs in size");
+  }
+  model_state_ = Arena(model_bytes, "decoding weights and KV cache");
+  activations_ = Arena(std::max<size_t>(activation_bytes, 1), "decoding activations");
+  const graph::SharedArenas shared{.model_state = &model_state_, .activations = &activations_};
+  const auto rope =
+      std::make_shared<const ops::RopeTable>(models::rope_config(spec_, options_.max_target_length));
+  for (Step& step : specs) {
+    StepPlan p;
+    p.rows = step.rows;
+    p.plan = std::make_unique<graph::Plan>(std::move(step.spec), shared);
+    const auto& values = p.plan->graph().values();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const auto id = static_cast<graph::ValueId>(i);
+      if (values[i].name == "inputs") p.in.tokens = id;
+      if (values[i].name == "inputs_position") p.in.positions = id;
+      if (values[i].name == "decode_slots") p.in.slots = id;
+      if (values[i].name == "logit_rows") p.in.logit_rows = id;
+    }
+    TESSERA_ASSERT(p.plan->graph().outputs().size() == 1);
+    p.logits = p.plan->graph().outputs()[0];
+    p.exec = std::make_unique<graph::Executor>(*p.plan, rope);
+    (step.prefill ? prefill_ : decode_).push_back(std::move(p));
+  }
+  // The parameters, into the shared masters; then the compute copies.
+  graph::Plan& first = *decode_[0].plan;
+  for (graph::ValueId id : first.graph().params()) {
+    const graph::Value& v = first.graph().value(id);
+    const Tensor src = params(v.name);
+    TESSERA_CHECK_SHAPE(
+        src.defined() && src.dtype() == DType::kF32 && src.shape() == v.shape && src.is_contiguous(),
+        "engine: parameter '{}' must be contiguous float32 {}, got {}", v.name, v.shape.str(),
+        src.defined() ? src.str() : std::string("nothing"));
+    std::memcpy(first.state(id).data(), src.data(), src.nbytes());
+  }
+  models::sync_compute_copies(first);
+}
+
+void GraphEngine::run(StepPlan& p, int64_t n, float* out) {
+  p.exec->infer();
+  const Tensor logits = p.plan->view(p.logits);
+  ops::convert(logits.slice0(0, n), Tensor(out, Shape{n, spec_.vocab_size}, DType::kF32));
+}
+
+void GraphEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) {
+  check_slot("prefill", slot);
+  const auto P = static_cast<int64_t>(prompt.size());
+  TESSERA_CHECK_SHAPE(P >= 1 && P <= options_.max_prefill_length,
+                      "engine.prefill: the prompt has {} tokens; it must have 1 to max_prefill_length = {}",
+                      P, options_.max_prefill_length);
+  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= spec_.vocab_size,
+                      "engine.prefill: logits holds {} floats; it needs vocab_size = {}", logits.size(),
+                      spec_.vocab_size);
+  check_tokens("prefill", prompt);
+  length_[static_cast<size_t>(slot)] = 0;  // cleared first: a failed prefill leaves the slot free
+  for (int64_t p0 = 0; p0 < P;) {
+    // The largest chunk that fits what is left: the binary digits of P, largest first.
+    const auto rows = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(P - p0)));
+    StepPlan& p = prefill_[static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(rows)))];
+    TESSERA_ASSERT(p.rows == rows);
+    std::memcpy(p.plan->view(p.in.tokens).data(), prompt.data() + p0, static_cast<size_t>(rows) * 4);
+    auto* pos = p.plan->view(p.in.positions).ptr<int32_t>();
+    auto* slots = p.plan->view(p.in.slots).ptr<int32_t>();
+    for (int64_t i = 0; i < rows; ++i) {
+      pos[i] = static_cast<int32_t>(p0 + i);
+      slots[i] = slot;
+    }
+    p.plan->view(p.in.logit_rows).ptr<int32_t>()[0] = static_cast<int32_t>(rows - 1);
+    p0 += rows;
+    if (p0 < P) {
+      p.exec->infer();  // an earlier chunk: its keys and values are what matters
+    } else {
+      run(p, 1, logits.data());
+    }
+  }
+  length_[static_cast<size_t>(slot)] = P;
+}
+
+void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) {
+  const auto M = static_cast<int64_t>(slots.size());
+  const int64_t V = spec_.vocab_size;
+  TESSERA_CHECK_SHAPE(tokens.size() == slots.size(), "engine.decode: {} slots but {} tokens", slots.size(),
+                      tokens.size());
+  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= M * V,
+                      "engine.decode: logits holds {} floats; {} rows need {} x {}", logits.size(), M, M, V);
+  TESSERA_CHECK_SHAPE(M <= options_.max_slots, "engine.decode: {} slots listed; the engine has {}", M,
+                      options_.max_slots);
+  check_tokens("decode", tokens);
+  if (M == 0) return;
+  const auto rows = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(M)));
+  StepPlan& p = decode_[static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(rows)))];
+  TESSERA_ASSERT(p.rows == rows);
+  auto* tok = p.plan->view(p.in.tokens).ptr<int32_t>();
+  auto* pos = p.plan->view(p.in.positions).ptr<int32_t>();
+  auto* row_slot = p.plan->view(p.in.slots).ptr<int32_t>();
+  for (int64_t i = 0; i < M; ++i) {
+    const int s = slots[static_cast<size_t>(i)];
+    check_slot("decode", s);
+    for (int64_t j = 0; j < i; ++j)
+      TESSERA_CHECK_SHAPE(slots[static_cast<size_t>(j)] != s, "engine.decode: slot {} is listed twice", s);
+    const int64_t len = length_[static_cast<size_t>(s)];
+    TESSERA_CHECK_SHAPE(len < options_.max_target_length,
+                        "engine.decode: slot {} is full ({} positions = max_target_length)", s, len);
+    tok[i] = tokens[static_cast<size_t>(i)];
+    pos[i] = static_cast<int32_t>(len);
+    row_slot[i] = s;
+  }
+  for (int64_t i = M; i < rows; ++i) tok[i] = 0, pos[i] = 0, row_slot[i] = -1;  // padding rows
+  run(p, M, logits.data());
+  for (int64_t i = 0; i < M; ++i) ++length_[static_cast<size_t>(slots[static_cast<size_t>(i)])];
+}
+
+void check_graph_buildable(const models::ModelSpec& s, const EngineOptions& o) {
+  if (s.dtype != DType::kF32 && s.dtype != DType::kBF16)
+    fail(ErrorKind::kConfig, "dtype {}: the engine computes in float32 or bfloat16", dtype_name(s.dtype));
+  if (s.head_dim < 1 || s.head_dim > 256)
+    fail(ErrorKind::kConfig, "head_dim {}: decoding attention takes head dims of 1 to 256", s.head_dim);
+  if (o.max_slots < 1)
+    fail(ErrorKind::kConfig, "the engine needs at least one slot, got max_slots {}", o.max_slots);
+  if (o.max_target_length < 1 || o.max_target_length > std::numeric_limits<int32_t>::max())
+    fail(ErrorKind::kConfig, "max_target_length {} must be in [1, 2^31)", o.max_target_length);
+  if (o.max_prefill_length < 1 || o.max_prefill_length > o.max_target_length)
+    fail(ErrorKind::kConfig, "max_prefill_predict_length {} must be in [1, max_target_length = {}]",
+         o.max_prefill_length, o.max_target_length);
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_graph_engine(const models::ModelSpec& spec, const EngineOptions& options,
+                                          const ParameterSource& params) {
+  check_graph_buildable(spec, options);
+  return std::make_unique<GraphEngine>(spec, options, params);
+}
+
+}  // namespace tessera::infer
