@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "tessera/config/config.h"
@@ -95,6 +96,27 @@ class DecodeCli : public ::testing::Test {
     a.insert(a.end(), extra.begin(), extra.end());
     return run(a);
   }
+  // A parameter file of `model` (with `overrides`) of uniform random values in [-0.1, 0.1] (norm
+  // scales 1): enough to decode something other than one token.
+  static std::string random_parameters(const std::string& model, const std::vector<std::string>& overrides) {
+    std::vector<std::string> o = {"model_name=" + model, "per_device_batch_size=1",
+                                  "override_model_config=true"};
+    o.insert(o.end(), overrides.begin(), overrides.end());
+    const models::ModelSpec spec =
+        models::model_spec_from_config(load_config(kSource / "configs" / "base.yml", o));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    std::vector<std::vector<float>> data;
+    std::vector<NamedTensor> tensors;
+    for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {
+      std::vector<float>& d = data.emplace_back(static_cast<size_t>(shape.numel()));
+      for (float& v : d) v = name.ends_with(".scale") ? 1.0f : u(rng);
+      tensors.push_back({name, Tensor(d.data(), shape, DType::kF32)});
+    }
+    const std::string path = (dir_ / (model + ".safetensors")).string();
+    write_safetensors(path, tensors);
+    return path;
+  }
   static std::string checkpoint() { return (dir_ / "tiny" / "checkpoints" / "2").string(); }
 
   // A parameter file for llama-test whose decoder passes the embedding through unchanged (every
@@ -136,6 +158,41 @@ TEST_F(DecodeCli, ReplicatesThePromptOverTheBatch) {
   for (const char* want :
        {"prompt 0: 4 tokens", "stop: ", "prefill: 3 prompts", "tokens/s); decode: ", "3 slots"})
     EXPECT_NE(r.err.find(want), std::string::npos) << want << " in\n" << r.err;
+}
+
+// The MoE families decode through the graph engine (the model definition's own graph): three
+// copies of a prompt in three slots (a 4-row step with one padding row) give the same greedy text.
+TEST_F(DecodeCli, MixtureOfExpertsFamiliesDecodeThroughTheGraphEngine) {
+  const std::vector<std::string> vocab = {"vocab_size=512"};  // the fixture tokenizer's ids fit
+  for (const auto& [model, overrides] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"mixtral-test", vocab},
+           {"gpt-oss-tiny",
+            {"vocab_size=512", "base_emb_dim=64", "head_dim=16", "base_moe_mlp_dim=32", "num_experts=4",
+             "sliding_window_size=4"}}}) {
+    SCOPED_TRACE(model);
+    std::vector<std::string> a = {"decode",
+                                  (kSource / "configs" / "base.yml").string(),
+                                  "model_name=" + model,
+                                  "override_model_config=true",
+                                  "tokenizer_type=huggingface",
+                                  "tokenizer_path=" + kTokenizer.string(),
+                                  "max_target_length=24",
+                                  "max_prefill_predict_length=8",
+                                  "num_threads=1",
+                                  "per_device_batch_size=3",
+                                  "prompt=hello world",
+                                  "load_parameters_path=" + random_parameters(model, overrides)};
+    a.insert(a.end(), overrides.begin(), overrides.end());
+    const Result r = run(a);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(count(r.out, "Input `hello world` -> `"), 3u) << r.out;
+    std::istringstream lines(r.out);
+    std::string x, y, z;
+    std::getline(lines, x), std::getline(lines, y), std::getline(lines, z);
+    EXPECT_EQ(x, y);
+    EXPECT_EQ(x, z);
+    EXPECT_NE(r.err.find("graph engine, 3 slots"), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(DecodeCli, PromptsFileThroughFewerSlotsIsReproducible) {

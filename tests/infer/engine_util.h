@@ -47,8 +47,8 @@ class Reference {
     graph::Graph g;
     in_ = models::build_decoder(g, spec_);
     plan_ = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{.remat_policy = "none"});
-    exec_ = std::make_unique<graph::Executor>(*plan_,
-                                              std::make_unique<ops::RopeTable>(models::rope_config(spec_, T)));
+    exec_ = std::make_unique<graph::Executor>(
+        *plan_, std::make_unique<ops::RopeTable>(models::rope_config(spec_, T)));
     models::init_params(*plan_, seed);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(0.8f, 1.2f);
@@ -111,7 +111,7 @@ inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t see
 }
 
 inline ::testing::AssertionResult logits_match(const std::vector<float>& got, const std::vector<double>& want,
-                                        DType dtype) {
+                                               DType dtype) {
   double peak = 0;
   for (double w : want) peak = std::max(peak, std::abs(w));
   std::vector<double> tol(want.size());
@@ -123,7 +123,7 @@ inline ::testing::AssertionResult logits_match(const std::vector<float>& got, co
 // Prefills `prompt_len` tokens of `seq` into `slot`, then decodes the rest one token per step;
 // every step's logits must match the reference's row.
 inline void check_sequence(infer::Engine& engine, Reference& ref, const models::ModelSpec& spec, int slot,
-                    const std::vector<int32_t>& seq, int64_t prompt_len) {
+                           const std::vector<int32_t>& seq, int64_t prompt_len) {
   const auto want = ref.logits(seq);
   const int64_t V = spec.vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));

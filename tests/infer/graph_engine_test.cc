@@ -12,12 +12,13 @@
 // decode attention in place of the flash kernel: the same functions, other summation orders. MoE
 // routing could flip on a near-tie between the k-th and (k+1)-th expert; with these seeds no token
 // is near one (a flip would move a logit by far more than the bound and fail loudly).
+#include "tessera/infer/graph_engine.h"
+
 #include <gtest/gtest.h>
 
 #include "infer/engine_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
-#include "tessera/infer/graph_engine.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera {
@@ -61,7 +62,11 @@ const std::vector<Family>& families() {
                         "base_mlp_dim=96", "base_num_decoder_layers=2", "vocab_size=128"},
                        dt);
        }},
-      {"mixtral", [](DType dt) { return preset("mixtral-test", {"attention_type=local_sliding", "sliding_window_size=5", "vocab_size=128"}, dt); }},
+      {"mixtral",
+       [](DType dt) {
+         return preset("mixtral-test",
+                       {"attention_type=local_sliding", "sliding_window_size=5", "vocab_size=128"}, dt);
+       }},
       {"gpt_oss",
        [](DType dt) {
          return preset("gpt-oss-tiny",
@@ -74,7 +79,10 @@ const std::vector<Family>& families() {
 }
 
 infer::EngineOptions graph_options(int slots, int64_t T, int64_t prefill) {
-  return {.max_slots = slots, .max_target_length = T, .max_prefill_length = prefill, .kind = infer::EngineKind::kGraph};
+  return {.max_slots = slots,
+          .max_target_length = T,
+          .max_prefill_length = prefill,
+          .kind = infer::EngineKind::kGraph};
 }
 
 // Random norm scales and biases (the reference sets scales away from 1; biases start at 0, which

@@ -79,6 +79,7 @@ class FakeEngine : public Engine {
   }
 
   const models::ModelSpec& spec() const override { return spec_; }
+  const char* name() const override { return "fake"; }
   int64_t vocab_size() const override { return kVocab; }
   int max_slots() const override { return static_cast<int>(slots_.size()); }
   int64_t max_target_length() const override { return target_; }

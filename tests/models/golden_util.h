@@ -13,6 +13,8 @@
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
 #include "tessera/graph/plan.h"
+#include "tessera/infer/generate.h"
+#include "tessera/infer/llama_engine.h"
 #include "tessera/models/blocks.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
@@ -131,5 +133,36 @@ struct GoldenPlan {
   // The mean over layers of the load-balance losses of the last pass.
   double lb_loss() const { return exec->aux_loss() / static_cast<double>(spec.num_decoder_layers); }
 };
+
+// Decoding the golden model with make_engine (the graph engine for the MoE families) on the plan's
+// f32 parameters: the prompt greedy.prompt [P] of the file's first sequence, then one token per
+// decode step. `step_logits` receives the engine's logits of positions P-1 .. T-1 of that
+// sequence (prefill, then each decode step fed the file's own next input), for comparison with
+// the file's `logits` row by row; the return value is the greedy generation of
+// greedy.tokens.size() new tokens (generate(), as transformers' generate(do_sample=False)).
+inline std::vector<int32_t> decode_golden(const GoldenPlan& m, const SafetensorsFile& file,
+                                          std::vector<std::vector<float>>& step_logits) {
+  const Tensor prompt_t = file.get("greedy.prompt"), greedy = file.get("greedy.tokens"),
+               inputs = file.get("inputs");
+  const std::vector<int32_t> prompt(prompt_t.ptr<int32_t>(), prompt_t.ptr<int32_t>() + prompt_t.numel());
+  const int64_t P = prompt_t.numel(), T = m.spec.seq, V = m.spec.vocab_size;
+  const auto source = [&m](const std::string& name) { return m.plan->state(m.find(name)); };
+  models::ModelSpec spec = m.spec;
+  spec.dtype = DType::kF32;
+  auto engine = infer::make_engine(
+      spec, {.max_slots = 1, .max_target_length = std::max(T, P + greedy.numel()), .max_prefill_length = P},
+      source);
+  step_logits.assign(static_cast<size_t>(T - P + 1), std::vector<float>(static_cast<size_t>(V)));
+  engine->prefill(0, prompt, step_logits[0]);
+  for (int64_t t = P; t < T; ++t) {
+    const int slot[] = {0};
+    engine->decode(slot, std::span(inputs.ptr<int32_t>() + t, 1),
+                   step_logits[static_cast<size_t>(t - P + 1)]);
+  }
+  engine->release(0);
+  infer::GenerateOptions g;
+  g.max_new_tokens = greedy.numel();
+  return infer::generate(*engine, {prompt}, g)[0].tokens;
+}
 
 }  // namespace tessera::testing

@@ -122,13 +122,14 @@ int decode(const ConfigArgs& args, std::ostream& out, std::ostream& err) {
   auto engine = infer::make_engine(cfg, {.max_slots = slots});
   const double load_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const models::ModelSpec& s = engine->spec();
-  fmt::print(
-      err,
-      "decode: {} parameters ({} layers, {} / {} heads, {}), {} slots x {} positions (prompts up to {}), "
-      "{} threads, {} kernels; loaded from {} in {:.2f} s\n",
-      s.num_params(), s.num_decoder_layers, s.num_query_heads, s.num_kv_heads, dtype_name(s.dtype), slots,
-      engine->max_target_length(), engine->max_prefill_length(), num_threads(), isa_name(active_isa()),
-      cfg.load_parameters_path, load_seconds);
+  fmt::print(err,
+             "decode: {} parameters ({}, {} layers, {} / {} heads, {}), {} engine, {} slots x {} positions "
+             "(prompts up "
+             "to {}), {} threads, {} kernels; loaded from {} in {:.2f} s\n",
+             s.num_params(), s.decoder_block, s.num_decoder_layers, s.num_query_heads, s.num_kv_heads,
+             dtype_name(s.dtype), engine->name(), slots, engine->max_target_length(),
+             engine->max_prefill_length(), num_threads(), isa_name(active_isa()), cfg.load_parameters_path,
+             load_seconds);
 
   infer::GenerateStats st;
   const std::vector<infer::Completion> done = infer::generate(*engine, prompts, go, &st);

@@ -22,6 +22,8 @@ class Engine {
   virtual ~Engine() = default;
 
   virtual const models::ModelSpec& spec() const = 0;
+  // For logs: "llama" (llama_engine.h) or "graph" (graph_engine.h).
+  virtual const char* name() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int max_slots() const = 0;
   virtual int64_t max_target_length() const = 0;   // positions per slot (prompt + generated)

@@ -33,6 +33,7 @@ class GraphEngine final : public Engine {
   GraphEngine(const models::ModelSpec& spec, const EngineOptions& options, const ParameterSource& params);
 
   const models::ModelSpec& spec() const override { return spec_; }
+  const char* name() const override { return "graph"; }
   int64_t vocab_size() const override { return spec_.vocab_size; }
   int max_slots() const override { return options_.max_slots; }
   int64_t max_target_length() const override { return options_.max_target_length; }
@@ -57,8 +58,8 @@ class GraphEngine final : public Engine {
   void check_tokens(const char* what, std::span<const int32_t> ids) const {
     for (size_t i = 0; i < ids.size(); ++i)
       TESSERA_CHECK_SHAPE(ids[i] >= 0 && ids[i] < spec_.vocab_size,
-                          "engine.{}: token {} at index {} is outside the vocabulary [0, {})", what, ids[i], i,
-                          spec_.vocab_size);
+                          "engine.{}: token {} at index {} is outside the vocabulary [0, {})", what, ids[i],
+                          i, spec_.vocab_size);
   }
   // Runs `p` on its filled inputs and widens logits rows [0, n) into `out`.
   void run(StepPlan& p, int64_t n, float* out);
@@ -74,9 +75,8 @@ models::ModelSpec GraphEngine::step_spec(int64_t rows, bool last_row) const {
   models::ModelSpec s = spec_;
   s.batch = 1;
   s.seq = rows;
-  s.decode = {.slots = options_.max_slots,
-              .max_length = options_.max_target_length,
-              .last_row_logits = last_row};
+  s.decode = {
+      .slots = options_.max_slots, .max_length = options_.max_target_length, .last_row_logits = last_row};
   return s;
 }
 
@@ -95,7 +95,8 @@ GraphEngine::GraphEngine(const models::ModelSpec& spec, const EngineOptions& opt
   auto add = [&](int64_t rows, bool prefill) {
     graph::Graph g;
     models::build_decoder(g, step_spec(rows, prefill));
-    specs.push_back({prefill, rows, graph::PlanSpec(std::move(g), graph::PlanOptions{.remat_policy = "none"})});
+    specs.push_back(
+        {prefill, rows, graph::PlanSpec(std::move(g), graph::PlanOptions{.remat_policy = "none"})});
   };
   for (int64_t r = 1; r <= options_.max_prefill_length; r *= 2) add(r, true);
   for (int64_t r = 1;; r *= 2) {
@@ -195,7 +196,8 @@ void GraphEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<f
   length_[static_cast<size_t>(slot)] = P;
 }
 
-void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) {
+void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> tokens,
+                         std::span<float> logits) {
   const auto M = static_cast<int64_t>(slots.size());
   const int64_t V = spec_.vocab_size;
   TESSERA_CHECK_SHAPE(tokens.size() == slots.size(), "engine.decode: {} slots but {} tokens", slots.size(),

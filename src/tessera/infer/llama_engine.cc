@@ -110,6 +110,7 @@ class LlamaEngine final : public Engine {
   LlamaEngine(const models::ModelSpec& spec, const EngineOptions& options, const ParameterSource& params);
 
   const models::ModelSpec& spec() const override { return spec_; }
+  const char* name() const override { return "llama"; }
   int64_t vocab_size() const override { return spec_.vocab_size; }
   int max_slots() const override { return options_.max_slots; }
   int64_t max_target_length() const override { return options_.max_target_length; }
