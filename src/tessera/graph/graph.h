@@ -74,7 +74,10 @@ struct Value {
   ValueId alias_of = kNoValue;              // activations that share another's buffer (in-place ops)
   int producer = -1;                        // index of the node that writes it
   int layer = -1;                           // decoder layer of the producing node (-1: outside layers)
-  TensorShard tp{};                         // the tensor-parallel shard this value holds (see above)
+  // Inference graphs: a kernel stored [out, in], the transpose of its checkpoint shape (the layout
+  // small-M products stream row by row; matmuls read it with trans_b). Loaders transpose it.
+  bool transposed = false;
+  TensorShard tp{};  // the tensor-parallel shard this value holds (see above)
 };
 
 // The shape of the whole tensor a (possibly tensor-parallel) value is a shard of.

@@ -9,6 +9,7 @@
 #include "tessera/graph/sharding.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/elementwise.h"
+#include "tessera/ops/gemv.h"
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/norm.h"
 
@@ -86,8 +87,18 @@ void matmul_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   }
 }
 
+// Inference graphs (decoding) take products of fewer rows than this through gemv (ops/gemv.h), which
+// streams a weight stored [out, in] at the memory bandwidth; oneDNN's GEMM is the faster above
+// (bench/decode_bench.cc; the Llama engine splits at the same size).
+constexpr int64_t kGemvRows = 64;
+
 void matmul_run(const RunContext& c, const Node& n) {
   const MatmulAttrs& a = n.attr<MatmulAttrs>();
+  const Tensor& x = c.in(n, 0);
+  if (c.graph->inference() && a.trans_b && !a.trans_a && x.dim(0) < kGemvRows) {
+    ops::gemv(x, c.in(n, 1), c.out(n, 0), {.accumulate = a.accumulate});
+    return;
+  }
   ops::matmul(c.in(n, 0), c.in(n, 1), c.out(n, 0),
               {.trans_a = a.trans_a, .trans_b = a.trans_b, .accumulate = a.accumulate});
 }

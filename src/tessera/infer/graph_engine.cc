@@ -19,6 +19,19 @@ namespace tessera::infer {
 
 namespace {
 
+// dst [cols, rows] = src [rows, cols]ᵀ (f32), in tiles of 32 x 32.
+void transpose_into(const Tensor& src, const Tensor& dst) {
+  const int64_t rows = src.dim(0), cols = src.dim(1);
+  const float* s = src.ptr<const float>();
+  float* d = dst.ptr<float>();
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static) collapse(2) if (rows * cols > (1 << 16))
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) d[c * rows + r] = s[r * cols + c];
+}
+
 // One step size's plan: rows, its inputs and output.
 struct StepPlan {
   int64_t rows = 0;
@@ -142,16 +155,21 @@ GraphEngine::GraphEngine(const models::ModelSpec& spec, const EngineOptions& opt
     p.exec = std::make_unique<graph::Executor>(*p.plan, rope);
     (step.prefill ? prefill_ : decode_).push_back(std::move(p));
   }
-  // The parameters, into the shared masters; then the compute copies.
+  // The parameters, into the shared masters (kernels transposed to [out, in]); then the compute
+  // copies.
   graph::Plan& first = *decode_[0].plan;
   for (graph::ValueId id : first.graph().params()) {
     const graph::Value& v = first.graph().value(id);
+    const Shape shape = v.transposed ? Shape{v.shape[1], v.shape[0]} : v.shape;  // as a checkpoint has it
     const Tensor src = params(v.name);
     TESSERA_CHECK_SHAPE(
-        src.defined() && src.dtype() == DType::kF32 && src.shape() == v.shape && src.is_contiguous(),
-        "engine: parameter '{}' must be contiguous float32 {}, got {}", v.name, v.shape.str(),
+        src.defined() && src.dtype() == DType::kF32 && src.shape() == shape && src.is_contiguous(),
+        "engine: parameter '{}' must be contiguous float32 {}, got {}", v.name, shape.str(),
         src.defined() ? src.str() : std::string("nothing"));
-    std::memcpy(first.state(id).data(), src.data(), src.nbytes());
+    if (v.transposed)
+      transpose_into(src, first.state(id));
+    else
+      std::memcpy(first.state(id).data(), src.data(), src.nbytes());
   }
   models::sync_compute_copies(first);
 }

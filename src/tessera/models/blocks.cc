@@ -41,14 +41,26 @@ ValueId Blocks::norm(ValueId x, const std::string& name) {
 
 Blocks::Dense Blocks::dense(int64_t in, int64_t out, const std::string& in_axis, const std::string& out_axis,
                             const std::string& name, bool bias) {
-  Dense d{.name = name, .kernel = g_.param(name + ".kernel", Shape{in, out}, {in_axis, out_axis})};
+  Dense d{.name = name, .kernel = kernel(name + ".kernel", in, out, in_axis, out_axis)};
   if (bias) d.bias = g_.param(name + ".bias", Shape{out}, {out_axis}, /*weight_decay=*/false);
   return d;
 }
 
+ValueId Blocks::kernel(const std::string& name, int64_t in, int64_t out, const std::string& in_axis,
+                       const std::string& out_axis) {
+  if (!s_.decoding()) return g_.param(name, Shape{in, out}, {in_axis, out_axis});
+  const ValueId k = g_.param(name, Shape{out, in}, {out_axis, in_axis});  // [out, in]: see graph.h
+  g_.value(k).transposed = true;
+  return k;
+}
+
+ValueId Blocks::product(ValueId x, ValueId kernel, const std::string& name, const std::string& ckpt) {
+  return g_.matmul(x, w(kernel), name, ckpt, /*trans_b=*/g_.value(kernel).transposed);
+}
+
 ValueId Blocks::apply(const Dense& d, ValueId x, const std::string& ckpt) {
-  if (d.bias == graph::kNoValue) return g_.matmul(x, w(d.kernel), d.name, ckpt);
-  ValueId y = g_.matmul(x, w(d.kernel), d.name + ".matmul");
+  if (d.bias == graph::kNoValue) return product(x, d.kernel, d.name, ckpt);
+  ValueId y = product(x, d.kernel, d.name + ".matmul", "");
   ValueId yb = g_.bias_add(y, d.bias, d.name);
   g_.nodes().back().ckpt_name = ckpt;  // the remat name goes on the projection's final value
   return yb;
@@ -188,9 +200,8 @@ void Blocks::logits_and_loss(ValueId x) {
   if (s_.logits_via_embedding) {
     logits = g_.matmul(x, w(embedding_), "decoder.logits", "", /*trans_b=*/true);  // [N, V]
   } else {
-    ValueId wu =
-        g_.param("decoder.logits_dense.kernel", Shape{s_.emb_dim, s_.vocab_size}, {"embed", "vocab"});
-    logits = g_.matmul(x, w(wu), "decoder.logits");  // [N, V]
+    ValueId wu = kernel("decoder.logits_dense.kernel", s_.emb_dim, s_.vocab_size, "embed", "vocab");
+    logits = product(x, wu, "decoder.logits", "");  // [N, V]
   }
   if (s_.decoding()) return g_.add_output(logits);
   g_.set_loss(g_.cross_entropy(logits, in_.targets, s_.z_loss, "loss"));

@@ -42,6 +42,13 @@ class Blocks {
               const std::string& name, bool bias);
   // x [N, in] · W (+ b); `ckpt` names the result for the remat policies.
   graph::ValueId apply(const Dense& d, graph::ValueId x, const std::string& ckpt);
+  // A projection kernel W [in, out]; in a decoding graph stored [out, in] (Value::transposed), the
+  // layout small-M products stream.
+  graph::ValueId kernel(const std::string& name, int64_t in, int64_t out, const std::string& in_axis,
+                        const std::string& out_axis);
+  // x [N, in] · W for a kernel of kernel() in either layout.
+  graph::ValueId product(graph::ValueId x, graph::ValueId kernel, const std::string& name,
+                         const std::string& ckpt);
   // Causal self-attention of x [N, E] -> [N, E]: q/k/v/out projections (biases when
   // spec.attention_bias / attention_out_bias), QK-norm when spec.qk_norm, RoPE when spec.rope,
   // GQA, the spec's sliding window. `p` ends with '.'. Decoding: against the layer's KV caches
