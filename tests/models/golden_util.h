@@ -18,6 +18,7 @@
 #include "tessera/models/blocks.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/op_test_util.h"
 
 namespace tessera::testing {
 
@@ -163,6 +164,24 @@ inline std::vector<int32_t> decode_golden(const GoldenPlan& m, const Safetensors
   infer::GenerateOptions g;
   g.max_new_tokens = greedy.numel();
   return infer::generate(*engine, {prompt}, g)[0].tokens;
+}
+
+// decode_golden's step logits equal the file's `logits` at those positions of the first sequence
+// (2e-5 relative plus 2e-6 absolute, the float32 forward tests' bound), and its greedy tokens are
+// the file's greedy.tokens.
+inline void expect_decoding_matches(const GoldenPlan& m, const SafetensorsFile& file) {
+  std::vector<std::vector<float>> steps;
+  const std::vector<int32_t> tokens = decode_golden(m, file, steps);
+  const std::vector<double> want = to_vector(file.get("logits"));  // [B, T, V]
+  const int64_t V = m.spec.vocab_size, P = file.get("greedy.prompt").numel();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(P - 1 + static_cast<int64_t>(i));
+    const auto row = want.begin() + (P - 1 + static_cast<int64_t>(i)) * V;
+    EXPECT_TRUE(all_close(std::vector<double>(steps[i].begin(), steps[i].end()),
+                          std::vector<double>(row, row + V), 2e-5, 2e-6));
+  }
+  const Tensor greedy = file.get("greedy.tokens");
+  EXPECT_EQ(tokens, std::vector<int32_t>(greedy.ptr<int32_t>(), greedy.ptr<int32_t>() + greedy.numel()));
 }
 
 }  // namespace tessera::testing

@@ -205,18 +205,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, GptOssGradients, ::testing::Values("dropless", "
 TEST(GptOssGolden, DecodingMatchesTheForwardAndGenerate) {
   Golden g;
   Model m(g, DType::kF32);
-  std::vector<std::vector<float>> steps;
-  const std::vector<int32_t> tokens = testing::decode_golden(m, g.file, steps);
-  const std::vector<double> want = testing::to_vector(g.file.get("logits"));  // [B, T, V]
-  const int64_t V = m.spec.vocab_size, P = g.file.get("greedy.prompt").numel();
-  for (size_t i = 0; i < steps.size(); ++i) {
-    SCOPED_TRACE(P - 1 + static_cast<int64_t>(i));
-    const auto row = want.begin() + (P - 1 + static_cast<int64_t>(i)) * V;
-    EXPECT_TRUE(testing::all_close(std::vector<double>(steps[i].begin(), steps[i].end()),
-                                   std::vector<double>(row, row + V), 2e-5, 2e-6));
-  }
-  const Tensor greedy = g.file.get("greedy.tokens");
-  EXPECT_EQ(tokens, std::vector<int32_t>(greedy.ptr<int32_t>(), greedy.ptr<int32_t>() + greedy.numel()));
+  testing::expect_decoding_matches(m, g.file);
 }
 
 TEST(GptOssGolden, Bfloat16Forward) {

@@ -11,6 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/graph/executor.h"
 #include "tessera/graph/plan.h"
+#include "tessera/infer/slot_engine.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
 #include "tessera/ops/convert.h"
@@ -41,47 +42,21 @@ struct StepPlan {
   graph::ValueId logits = graph::kNoValue;
 };
 
-class GraphEngine final : public Engine {
+class GraphEngine final : public SlotEngine {
  public:
   GraphEngine(const models::ModelSpec& spec, const EngineOptions& options, const ParameterSource& params);
 
-  const models::ModelSpec& spec() const override { return spec_; }
   const char* name() const override { return "graph"; }
-  int64_t vocab_size() const override { return spec_.vocab_size; }
-  int max_slots() const override { return options_.max_slots; }
-  int64_t max_target_length() const override { return options_.max_target_length; }
-  int64_t max_prefill_length() const override { return options_.max_prefill_length; }
-  int64_t length(int slot) const override {
-    check_slot("length", slot);
-    return length_[static_cast<size_t>(slot)];
-  }
   void prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) override;
   void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) override;
-  void release(int slot) override {
-    check_slot("release", slot);
-    length_[static_cast<size_t>(slot)] = 0;
-  }
 
  private:
   models::ModelSpec step_spec(int64_t rows, bool last_row) const;
-  void check_slot(const char* what, int slot) const {
-    TESSERA_CHECK_SHAPE(slot >= 0 && slot < options_.max_slots, "engine.{}: slot {} is outside [0, {})", what,
-                        slot, options_.max_slots);
-  }
-  void check_tokens(const char* what, std::span<const int32_t> ids) const {
-    for (size_t i = 0; i < ids.size(); ++i)
-      TESSERA_CHECK_SHAPE(ids[i] >= 0 && ids[i] < spec_.vocab_size,
-                          "engine.{}: token {} at index {} is outside the vocabulary [0, {})", what, ids[i],
-                          i, spec_.vocab_size);
-  }
   // Runs `p` on its filled inputs and widens logits rows [0, n) into `out`.
   void run(StepPlan& p, int64_t n, float* out);
 
-  models::ModelSpec spec_;
-  EngineOptions options_;
   Arena model_state_, activations_;
   std::vector<StepPlan> prefill_, decode_;  // by rows 1, 2, 4, ...
-  std::vector<int64_t> length_;             // per slot
 };
 
 models::ModelSpec GraphEngine::step_spec(int64_t rows, bool last_row) const {
@@ -95,7 +70,7 @@ models::ModelSpec GraphEngine::step_spec(int64_t rows, bool last_row) const {
 
 GraphEngine::GraphEngine(const models::ModelSpec& spec, const EngineOptions& options,
                          const ParameterSource& params)
-    : spec_(spec), options_(options), length_(static_cast<size_t>(options.max_slots), 0) {
+    : SlotEngine(spec, options) {
   spec_.load_balance_loss_weight = 0;
   spec_.tp_size = 1, spec_.tp_rank = 0, spec_.tp_axes.clear();
   // The specs of every step size; their model state must be laid out alike to share one arena.
@@ -181,15 +156,8 @@ void GraphEngine::run(StepPlan& p, int64_t n, float* out) {
 }
 
 void GraphEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) {
-  check_slot("prefill", slot);
+  check_prefill(slot, prompt, logits);
   const auto P = static_cast<int64_t>(prompt.size());
-  TESSERA_CHECK_SHAPE(P >= 1 && P <= options_.max_prefill_length,
-                      "engine.prefill: the prompt has {} tokens; it must have 1 to max_prefill_length = {}",
-                      P, options_.max_prefill_length);
-  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= spec_.vocab_size,
-                      "engine.prefill: logits holds {} floats; it needs vocab_size = {}", logits.size(),
-                      spec_.vocab_size);
-  check_tokens("prefill", prompt);
   length_[static_cast<size_t>(slot)] = 0;  // cleared first: a failed prefill leaves the slot free
   for (int64_t p0 = 0; p0 < P;) {
     // The largest chunk that fits what is left: the binary digits of P, largest first.
@@ -216,15 +184,8 @@ void GraphEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<f
 
 void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> tokens,
                          std::span<float> logits) {
+  check_decode(slots, tokens, logits);
   const auto M = static_cast<int64_t>(slots.size());
-  const int64_t V = spec_.vocab_size;
-  TESSERA_CHECK_SHAPE(tokens.size() == slots.size(), "engine.decode: {} slots but {} tokens", slots.size(),
-                      tokens.size());
-  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= M * V,
-                      "engine.decode: logits holds {} floats; {} rows need {} x {}", logits.size(), M, M, V);
-  TESSERA_CHECK_SHAPE(M <= options_.max_slots, "engine.decode: {} slots listed; the engine has {}", M,
-                      options_.max_slots);
-  check_tokens("decode", tokens);
   if (M == 0) return;
   const auto rows = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(M)));
   StepPlan& p = decode_[static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(rows)))];
@@ -234,12 +195,7 @@ void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> to
   auto* row_slot = p.plan->view(p.in.slots).ptr<int32_t>();
   for (int64_t i = 0; i < M; ++i) {
     const int s = slots[static_cast<size_t>(i)];
-    check_slot("decode", s);
-    for (int64_t j = 0; j < i; ++j)
-      TESSERA_CHECK_SHAPE(slots[static_cast<size_t>(j)] != s, "engine.decode: slot {} is listed twice", s);
     const int64_t len = length_[static_cast<size_t>(s)];
-    TESSERA_CHECK_SHAPE(len < options_.max_target_length,
-                        "engine.decode: slot {} is full ({} positions = max_target_length)", s, len);
     tok[i] = tokens[static_cast<size_t>(i)];
     pos[i] = static_cast<int32_t>(len);
     row_slot[i] = s;

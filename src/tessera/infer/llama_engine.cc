@@ -46,6 +46,7 @@
 #include "tessera/core/error.h"
 #include "tessera/graph/graph.h"
 #include "tessera/infer/graph_engine.h"
+#include "tessera/infer/slot_engine.h"
 #include "tessera/models/decoder.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/attention.h"
@@ -105,36 +106,18 @@ struct Layer {
   Tensor k_cache, v_cache;     // [S, T, K, D]
 };
 
-class LlamaEngine final : public Engine {
+class LlamaEngine final : public SlotEngine {
  public:
   LlamaEngine(const models::ModelSpec& spec, const EngineOptions& options, const ParameterSource& params);
 
-  const models::ModelSpec& spec() const override { return spec_; }
   const char* name() const override { return "llama"; }
-  int64_t vocab_size() const override { return spec_.vocab_size; }
-  int max_slots() const override { return options_.max_slots; }
-  int64_t max_target_length() const override { return options_.max_target_length; }
-  int64_t max_prefill_length() const override { return options_.max_prefill_length; }
-  int64_t length(int slot) const override {
-    check_slot("length", slot);
-    return length_[static_cast<size_t>(slot)];
-  }
   void prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) override;
   void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) override;
-  void release(int slot) override {
-    check_slot("release", slot);
-    length_[static_cast<size_t>(slot)] = 0;
-  }
 
  private:
   void carve(Carver& c);
   void load(const ParameterSource& params);
   void warm_up();
-  void check_slot(const char* what, int slot) const {
-    TESSERA_CHECK_SHAPE(slot >= 0 && slot < options_.max_slots, "engine.{}: slot {} is outside [0, {})", what,
-                        slot, options_.max_slots);
-  }
-  void check_tokens(const char* what, std::span<const int32_t> ids) const;
   // The decoder on rows [0, M) of ids_ and pos_; `prefill_slot` >= 0 for a prefill into that slot,
   // else a decode step over row_slot_. Writes the logits of the last row (prefill) or of every row.
   void forward(int64_t M, int prefill_slot, float* logits);
@@ -145,15 +128,12 @@ class LlamaEngine final : public Engine {
   // Positions [p0, p0 + n) of `slot` in a cache: [n, K, D].
   Tensor cache_rows(const Tensor& cache, int64_t slot, int64_t p0, int64_t n) const;
 
-  models::ModelSpec spec_;
-  EngineOptions options_;
   DType dt_;
   int64_t E_, H_, K_, D_, F_, V_, S_, T_, R_;
   ops::Activation act_;
   bool use_onednn_;
   ops::RopeTable rope_;
   Arena arena_;
-  std::vector<int64_t> length_;  // per slot
   std::vector<Layer> layers_;
   Tensor embedding_;   // [V, E]
   Tensor final_norm_;  // f32 [E]
@@ -192,8 +172,7 @@ bool onednn_for_bf16() {
 
 LlamaEngine::LlamaEngine(const models::ModelSpec& spec, const EngineOptions& options,
                          const ParameterSource& params)
-    : spec_(spec),
-      options_(options),
+    : SlotEngine(spec, options),
       dt_(spec.dtype),
       E_(spec.emb_dim),
       H_(spec.num_query_heads),
@@ -206,8 +185,7 @@ LlamaEngine::LlamaEngine(const models::ModelSpec& spec, const EngineOptions& opt
       R_(std::max<int64_t>(options.max_prefill_length, options.max_slots)),
       act_(ops::activation_from_name(spec.mlp_activation)),
       use_onednn_(spec.dtype == DType::kF32 || onednn_for_bf16()),
-      rope_(models::rope_config(spec, options.max_target_length)),
-      length_(static_cast<size_t>(options.max_slots), 0) {
+      rope_(models::rope_config(spec, options.max_target_length)) {
   spec_.batch = options.max_slots;
   spec_.seq = options.max_target_length;
   Carver measure;
@@ -334,22 +312,9 @@ void LlamaEngine::warm_up() {
   release(0);
 }
 
-void LlamaEngine::check_tokens(const char* what, std::span<const int32_t> ids) const {
-  for (size_t i = 0; i < ids.size(); ++i)
-    TESSERA_CHECK_SHAPE(ids[i] >= 0 && ids[i] < V_,
-                        "engine.{}: token {} at index {} is outside the vocabulary [0, {})", what, ids[i], i,
-                        V_);
-}
-
 void LlamaEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) {
-  check_slot("prefill", slot);
+  check_prefill(slot, prompt, logits);
   const auto P = static_cast<int64_t>(prompt.size());
-  TESSERA_CHECK_SHAPE(P >= 1 && P <= options_.max_prefill_length,
-                      "engine.prefill: the prompt has {} tokens; it must have 1 to max_prefill_length = {}",
-                      P, options_.max_prefill_length);
-  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= V_,
-                      "engine.prefill: logits holds {} floats; it needs vocab_size = {}", logits.size(), V_);
-  check_tokens("prefill", prompt);
   length_[static_cast<size_t>(slot)] = 0;  // cleared first: a failed prefill leaves the slot free
   std::memcpy(ids_.data(), prompt.data(), prompt.size_bytes());
   for (int64_t i = 0; i < P; ++i) pos_.ptr<int32_t>()[i] = static_cast<int32_t>(i);
@@ -359,21 +324,11 @@ void LlamaEngine::prefill(int slot, std::span<const int32_t> prompt, std::span<f
 
 void LlamaEngine::decode(std::span<const int> slots, std::span<const int32_t> tokens,
                          std::span<float> logits) {
+  check_decode(slots, tokens, logits);
   const auto M = static_cast<int64_t>(slots.size());
-  TESSERA_CHECK_SHAPE(tokens.size() == slots.size(), "engine.decode: {} slots but {} tokens", slots.size(),
-                      tokens.size());
-  TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= M * V_,
-                      "engine.decode: logits holds {} floats; {} rows need {} x {}", logits.size(), M, M, V_);
-  TESSERA_CHECK_SHAPE(M <= S_, "engine.decode: {} slots listed; the engine has {}", M, S_);
-  check_tokens("decode", tokens);
   for (int64_t i = 0; i < M; ++i) {
     const int s = slots[static_cast<size_t>(i)];
-    check_slot("decode", s);
-    for (int64_t j = 0; j < i; ++j)
-      TESSERA_CHECK_SHAPE(slots[static_cast<size_t>(j)] != s, "engine.decode: slot {} is listed twice", s);
     const int64_t len = length_[static_cast<size_t>(s)];
-    TESSERA_CHECK_SHAPE(len < T_, "engine.decode: slot {} is full ({} positions = max_target_length)", s,
-                        len);
     ids_.ptr<int32_t>()[i] = tokens[static_cast<size_t>(i)];
     pos_.ptr<int32_t>()[i] = static_cast<int32_t>(len);
     row_slot_.ptr<int32_t>()[i] = s;
