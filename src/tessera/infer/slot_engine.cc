@@ -6,8 +6,8 @@
 namespace tessera::infer {
 
 void SlotEngine::check_slot(const char* what, int slot) const {
-  TESSERA_CHECK_SHAPE(slot >= 0 && slot < options_.max_slots, "engine.{}: slot {} is outside [0, {})", what, slot,
-                      options_.max_slots);
+  TESSERA_CHECK_SHAPE(slot >= 0 && slot < options_.max_slots, "engine.{}: slot {} is outside [0, {})", what,
+                      slot, options_.max_slots);
 }
 
 void SlotEngine::check_tokens(const char* what, std::span<const int32_t> ids) const {
@@ -21,8 +21,8 @@ void SlotEngine::check_prefill(int slot, std::span<const int32_t> prompt, std::s
   check_slot("prefill", slot);
   const auto P = static_cast<int64_t>(prompt.size());
   TESSERA_CHECK_SHAPE(P >= 1 && P <= options_.max_prefill_length,
-                      "engine.prefill: the prompt has {} tokens; it must have 1 to max_prefill_length = {}", P,
-                      options_.max_prefill_length);
+                      "engine.prefill: the prompt has {} tokens; it must have 1 to max_prefill_length = {}",
+                      P, options_.max_prefill_length);
   TESSERA_CHECK_SHAPE(static_cast<int64_t>(logits.size()) >= spec_.vocab_size,
                       "engine.prefill: logits holds {} floats; it needs vocab_size = {}", logits.size(),
                       spec_.vocab_size);

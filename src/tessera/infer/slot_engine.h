@@ -36,7 +36,8 @@ class SlotEngine : public Engine {
   // engine.h's prefill and decode contracts (kShape naming the argument); check_decode also checks
   // that every listed slot has a position left.
   void check_prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) const;
-  void check_decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) const;
+  void check_decode(std::span<const int> slots, std::span<const int32_t> tokens,
+                    std::span<float> logits) const;
 
   models::ModelSpec spec_;
   EngineOptions options_;
