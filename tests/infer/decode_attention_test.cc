@@ -1,7 +1,7 @@
 // ops::decode_attention against its double reference: GQA groups smaller and larger than the
 // kernel's head group, head dims that are and are not a whole number of vectors, lengths across
-// several key blocks, sliding windows, repeated slots, attention sinks, f32 and bf16, both ISA
-// builds. Sinks add one zero-valued term to each softmax, so the output stays within the bound below.
+// several key blocks, sliding windows, repeated slots, attention sinks, logit soft caps, f32 and bf16, both
+// ISA builds. Sinks add one zero-valued term to each softmax, so the output stays within the bound below.
 //
 // Tolerance per output element (f32 arithmetic, u = 2^-24; the reference sees the same inputs):
 //   a score s_j = scale q.k_j errs by at most ds = (ceil(D/8) + 6) u scale max_j sum_d |q_d k_jd|
@@ -29,6 +29,7 @@ struct Case {
   std::vector<int32_t> slot, length;
   int64_t window;
   bool sinks = false;  // GPT-OSS's attention sinks, one logit per query head
+  float soft_cap = 0;  // Gemma 2's logit soft cap (1-Lipschitz: the score bound below holds)
 };
 
 void check_case(const Case& c, DType dt, uint64_t seed) {
@@ -42,7 +43,7 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   std::copy(c.length.begin(), c.length.end(), length.t.ptr<int32_t>());
   const auto qv = testing::fill_uniform(q, seed, -2, 2), kv = testing::fill_uniform(k, seed + 1, -2, 2);
   const auto vv = testing::fill_uniform(v, seed + 2);
-  ops::DecodeAttentionOptions opt{.sliding_window = c.window};
+  ops::DecodeAttentionOptions opt{.sliding_window = c.window, .logits_soft_cap = c.soft_cap};
   OwnedTensor sinks(Shape{c.H}, DType::kF32);
   std::vector<double> sv;
   if (c.sinks) {  // one sink far above the scores: the running max moves at the end
@@ -89,6 +90,8 @@ TEST(DecodeAttention, MatchesReference) {
       {8, 4, 128, 2, 40, {0, 1}, {1, 40}, 0},           // one key; a whole row
       {12, 2, 64, 2, 150, {1, 0}, {150, 7}, 0, true},   // sinks over several blocks, G = 6
       {4, 4, 10, 2, 40, {0, 1}, {40, 20}, 8, true},     // sinks with a sliding window
+      {4, 2, 16, 3, 150, {2, 0, 1}, {150, 9, 77}, 0, false, 1.5f},  // a soft cap that bites
+      {8, 4, 64, 2, 90, {1, 0}, {90, 33}, 20, false, 4.0f},         // soft cap, window
   };
   testing::for_each_isa([&] {
     uint64_t seed = 1;

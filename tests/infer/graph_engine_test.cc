@@ -74,6 +74,16 @@ const std::vector<Family>& families() {
                         "num_experts=4", "sliding_window_size=4", "vocab_size=128"},
                        dt);
        }},
+      // Gemma 3's shape with both soft caps: local and global RoPE tables, (1 + w) norms, QK-norm.
+      {"gemma3_capped", [](DType dt) { return preset("gemma-test", {"vocab_size=128"}, dt); }},
+      {"gemma2",
+       [](DType dt) {
+         return preset("gemma-test",
+                       {"decoder_block=gemma2", "base_num_decoder_layers=3", "local_rope_max_timescale=-1",
+                        "rope_linear_scaling_factor=1", "rope_max_timescale=10000",
+                        "query_pre_attn_scalar=24", "vocab_size=128"},
+                       dt);
+       }},
   };
   return f;
 }

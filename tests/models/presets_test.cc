@@ -55,6 +55,17 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       {"gpt-oss-20b", 20.91e9, 0.005 / 20.91},
       {"gpt-oss-120b", 116.83e9, 0.005 / 116.83},
       {"gpt-oss-3.5b", 3.5e9, 0.05},
+      // Google's Gemma checkpoints on Hugging Face, exactly (tied, vocab 256000 / 262144); Gemma 3
+      // 4B-27B: the language model of the multimodal checkpoints (their cards count the vision tower).
+      {"gemma-2b", 2'506'172'416, 0},
+      {"gemma-7b", 8'537'680'896, 0},
+      {"gemma2-2b", 2'614'341'888, 0},
+      {"gemma2-9b", 9'241'705'984, 0},
+      {"gemma2-27b", 27'227'128'320, 0},
+      {"gemma3-1b", 999'885'952, 0},
+      {"gemma3-4b", 3.88e9, 0.005 / 3.88},
+      {"gemma3-12b", 11.77e9, 0.01 / 11.77},
+      {"gemma3-27b", 27.0e9, 0.1 / 27.0},
   };
   for (const Preset& p : presets) {
     SCOPED_TRACE(p.model_name);
@@ -64,15 +75,16 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
 }
 
 TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
-  const std::vector<std::string> o = {"model_name=llama-test", "run_name=presets", "decoder_block=gemma2",
+  const std::vector<std::string> o = {"model_name=llama-test", "run_name=presets", "decoder_block=deepseek",
                                       "override_model_config=true"};
   try {
     models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(
-        std::string(e.what()).find("decoder_block 'gemma2' is not built by Tessera yet (available: llama2, "
-                                   "mistral, default, gpt3, qwen2, qwen3, mixtral, gpt_oss)"),
+        std::string(e.what()).find("decoder_block 'deepseek' is not built by Tessera yet (available: llama2, "
+                                   "mistral, default, gpt3, qwen2, qwen3, mixtral, gpt_oss, gemma, gemma2, "
+                                   "gemma3)"),
         std::string::npos)
         << e.what();
   }

@@ -224,6 +224,47 @@ TEST(Activation, ElementwiseMatchesReference) {
   }
 }
 
+// The logit soft cap c tanh(x / c) and its backward, and the scale a x, against double: tanh_f32
+// is within 2.5e-7 relative, and the few products around it add a rounding each; the backward's
+// 1 - t^2 loses relative accuracy where t -> 1 (|x| >> c), bounded by 2 t^2 times t's error.
+TEST(Activation, SoftCapAndScaleMatchReference) {
+  const double cap = 3.0, a = static_cast<float>(-6.92820323);  // the kernel's f32 factor
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {1, 7, 4099, 40009}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n);
+      OwnedTensor x(Shape{n}, dt), dy(Shape{n}, dt), y(Shape{n}, dt), dx(Shape{n}, dt);
+      auto xv = testing::fill_uniform(x, 17 + n, -12, 12);
+      auto dyv = testing::fill_uniform(dy, 19 + n);
+      std::vector<double> want(n), dwant(n), swant(n), tol(n), dtol(n), stol(n);
+      const double store = dt == DType::kBF16 ? kUBf16 : 0;
+      for (int64_t i = 0; i < n; ++i) {
+        want[i] = ops::soft_cap_ref(xv[i], cap);
+        dwant[i] = dyv[i] * ops::soft_cap_grad_ref(xv[i], cap);
+        swant[i] = a * xv[i];
+        const double t = std::tanh(xv[i] / cap);
+        tol[i] = (8 * kU + store) * std::abs(want[i]) + 1e-30;
+        dtol[i] = (8 * kU + 2 * t * t * 4e-7) * std::abs(dyv[i]) + store * std::abs(dwant[i]) + 1e-30;
+        stol[i] = (kU + store) * std::abs(swant[i]);
+      }
+      testing::for_each_isa([&] {
+        ops::soft_cap_fwd(x, static_cast<float>(cap), y);
+        EXPECT_TRUE(within(testing::to_vector(y), want, tol));
+        ops::soft_cap_bwd(x, dy, static_cast<float>(cap), dx);
+        EXPECT_TRUE(within(testing::to_vector(dx), dwant, dtol));
+        ops::scale(x, static_cast<float>(a), y);
+        EXPECT_TRUE(within(testing::to_vector(y), swant, stol));
+      });
+    }
+  }
+  for (double x = -9.0; x <= 9.0; x += 0.41) {  // the reference's derivative, by central differences
+    const double h = 1e-5;
+    const double fd = (ops::soft_cap_ref(x + h, cap) - ops::soft_cap_ref(x - h, cap)) / (2 * h);
+    EXPECT_NEAR(ops::soft_cap_grad_ref(x, cap), fd, 1e-9) << x;
+  }
+  OwnedTensor x(Shape{4}, DType::kF32), y(Shape{4}, DType::kF32);
+  EXPECT_THROW(ops::soft_cap_fwd(x, 0.0f, y), Error);
+}
+
 TEST(Activation, TailsAndLargeInputs) {
   // Far tails: silu and gelu go to 0 (from below) on the left and to x on the right without NaN.
   std::vector<float> v = {-1000.f, -100.f, -30.f, -12.f, 12.f, 30.f, 100.f, 1000.f};

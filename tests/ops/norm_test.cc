@@ -113,6 +113,35 @@ TEST(RmsNorm, BackwardMatchesReferenceAndAccumulates) {
 // ---- LayerNorm --------------------------------------------------------------------------------
 
 // x in [-1, 3] (mean ~1, so the two-pass variance matters), gamma around 1, beta around 0.
+// Gemma's 1 + w: with gamma_offset = 1 the kernels compute exactly what they compute on the f32
+// vector 1 + w, forward and backward, so the double references above cover them.
+TEST(RmsNorm, GammaOffsetIsTheNormOfOnePlusW) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [n, c] : kSizes) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
+      OwnedTensor x(Shape{n, c}, dt), dy(Shape{n, c}, dt), y0(Shape{n, c}, dt), y1(Shape{n, c}, dt),
+          dx0(Shape{n, c}, dt), dx1(Shape{n, c}, dt), w(Shape{c}, DType::kF32), w1(Shape{c}, DType::kF32),
+          r0(Shape{n}, DType::kF32), r1(Shape{n}, DType::kF32), dg0(Shape{c}, DType::kF32),
+          dg1(Shape{c}, DType::kF32);
+      testing::fill_uniform(x, 7 + c, -2, 2);
+      testing::fill_uniform(dy, 8 + n);
+      testing::fill_uniform(w, 9, -0.5, 0.5);
+      for (int64_t j = 0; j < c; ++j) w1.t.ptr<float>()[j] = 1.0f + w.t.ptr<float>()[j];
+      testing::for_each_isa([&] {
+        std::memset(dg0.t.data(), 0, dg0.t.nbytes());
+        std::memset(dg1.t.data(), 0, dg1.t.nbytes());
+        ops::rmsnorm_fwd(x, w, 1e-6f, y0, r0, /*gamma_offset=*/1.0f);
+        ops::rmsnorm_fwd(x, w1, 1e-6f, y1, r1);
+        EXPECT_EQ(std::memcmp(y0.t.data(), y1.t.data(), y0.t.nbytes()), 0);
+        ops::rmsnorm_bwd(x, w, r0, dy, dx0, dg0, /*gamma_offset=*/1.0f);
+        ops::rmsnorm_bwd(x, w1, r1, dy, dx1, dg1);
+        EXPECT_EQ(std::memcmp(dx0.t.data(), dx1.t.data(), dx0.t.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(dg0.t.data(), dg1.t.data(), dg0.t.nbytes()), 0);
+      });
+    }
+  }
+}
+
 TEST(LayerNorm, ForwardMatchesReference) {
   const double eps = 1e-5;
   for (DType dt : {DType::kF32, DType::kBF16}) {

@@ -69,6 +69,33 @@ TEST(Rope, Llama31InverseFrequenciesByHand) {
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(table.inv_freq(i), ref[i], 1e-15 * ref[i]) << i;
 }
 
+// Linear scaling divides every frequency by the factor; a local companion (Gemma 3) is the plain
+// table of its own theta, and the scaled table keeps its scaling.
+TEST(Rope, LinearScalingAndTheLocalCompanion) {
+  RopeConfig c{.max_timescale = 1e6, .head_dim = 16, .max_positions = 40};
+  c.scaling = RopeScaling::kLinear;
+  c.linear_factor = 8;
+  c.local_max_timescale = 1e4;
+  RopeTable table(c);
+  const std::vector<double> ref = ops::rope_inv_freq_ref(c);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double f = std::pow(1e6, -2.0 * static_cast<double>(i) / 16) / 8;
+    EXPECT_NEAR(table.inv_freq(i), f, 1e-15 * f) << i;
+    EXPECT_NEAR(ref[i], f, 1e-15 * f) << i;
+  }
+  ASSERT_NE(table.local(), nullptr);
+  EXPECT_EQ(table.local()->local(), nullptr);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double f = std::pow(1e4, -2.0 * static_cast<double>(i) / 16);
+    EXPECT_NEAR(table.local()->inv_freq(i), f, 1e-15 * f) << i;
+  }
+  EXPECT_EQ(table.local()->max_positions(), 40);
+  EXPECT_EQ(RopeTable(RopeConfig{.head_dim = 16, .max_positions = 4}).local(), nullptr);
+  RopeConfig bad = c;
+  bad.linear_factor = 0;
+  EXPECT_THROW(RopeTable{bad}, Error);
+}
+
 // Entries are cos/sin of p * f computed in double and rounded once to f32.
 TEST(Rope, TableHoldsCorrectlyRoundedValues) {
   RopeConfig c;

@@ -129,8 +129,15 @@ struct Config {
   int64_t original_max_position_embeddings;
   bool rope_truncate;
   bool rope_attention_scaling;
+  int64_t local_rope_max_timescale;
+  double rope_linear_scaling_factor;
   std::string attention_type;
   int64_t sliding_window_size;
+  bool use_post_attn_norm;
+  bool use_post_ffw_norm;
+  double attn_logits_soft_cap;
+  double final_logits_soft_cap;
+  double query_pre_attn_scalar;
   std::string dtype;
   std::string weight_dtype;
   bool enable_dropout;

@@ -165,12 +165,29 @@ void add_model_keys(std::vector<FieldSpec>& t) {
             "rope_type=yarn: round the ramp's ends to whole dimensions (GPT-OSS: false).");
   g.boolean("rope_attention_scaling", &Config::rope_attention_scaling, "false",
             "rope_type=yarn: scale cos and sin by 0.1 ln(rope_factor) + 1 (GPT-OSS: true).");
+  g.integer("local_rope_max_timescale", &Config::local_rope_max_timescale, "-1",
+            or_minus_one(at_least(2), "the layers share rope_max_timescale"),
+            "gemma3: RoPE theta of the local (sliding-window) layers; the global layers use "
+            "rope_max_timescale with rope_linear_scaling_factor. -1: one theta for every layer.");
+  g.real("rope_linear_scaling_factor", &Config::rope_linear_scaling_factor, "1.0", above(0),
+         "Linear RoPE scaling: positions are divided by this (gemma3's global layers: 8). 1: none.");
   g.choice("attention_type", &Config::attention_type, "global",
            {"global", "local_sliding", "chunk", "mla", "full", "compressed", "block_diffusion"}, {},
            "Attention variant (MaxText's names): global causal, local_sliding uses "
            "sliding_window_size.");
   g.integer("sliding_window_size", &Config::sliding_window_size, "0", at_least(0),
             "Window of local_sliding attention in tokens; 0 = none.");
+  g.boolean("use_post_attn_norm", &Config::use_post_attn_norm, "false",
+            "Normalise the attention's output before the residual add (gemma2, gemma3 always do).");
+  g.boolean("use_post_ffw_norm", &Config::use_post_ffw_norm, "false",
+            "Normalise the MLP's output before the residual add (gemma2, gemma3 always do).");
+  g.real("attn_logits_soft_cap", &Config::attn_logits_soft_cap, "0.0", at_least(0),
+         "Attention logits s become c tanh(s / c) before the softmax (gemma2: 50). 0: off.");
+  g.real("final_logits_soft_cap", &Config::final_logits_soft_cap, "0.0", at_least(0),
+         "Output logits z become c tanh(z / c) before the loss and sampling (gemma2: 30). 0: off.");
+  g.real("query_pre_attn_scalar", &Config::query_pre_attn_scalar, "0.0", at_least(0),
+         "Attention scores are q.k / sqrt(query_pre_attn_scalar), as Gemma's checkpoints say (gemma2-27b: "
+         "144); 0: head_dim.");
   g.choice("dtype", &Config::dtype, "bfloat16", {"float32", "bfloat16"}, {"float16"},
            "Activation and compute dtype.");
   g.choice("weight_dtype", &Config::weight_dtype, "float32", {"float32"}, {"bfloat16", "float16"},

@@ -126,8 +126,9 @@ ValueId Graph::embedding(ValueId table, ValueId ids, DType out_dtype, const std:
   return add_op(OpKind::kEmbedding, {table, ids}, EmbeddingAttrs{.dtype = out_dtype}, name);
 }
 
-ValueId Graph::rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group) {
-  return add_op(OpKind::kRmsNorm, {x, gamma}, NormAttrs{.eps = eps, .group = group}, name);
+ValueId Graph::rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group,
+                        float offset) {
+  return add_op(OpKind::kRmsNorm, {x, gamma}, NormAttrs{.eps = eps, .group = group, .offset = offset}, name);
 }
 
 ValueId Graph::matmul(ValueId a, ValueId b, const std::string& name, const std::string& ckpt, bool trans_b) {
@@ -135,9 +136,10 @@ ValueId Graph::matmul(ValueId a, ValueId b, const std::string& name, const std::
 }
 
 ValueId Graph::rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,
-                    const std::string& name) {
+                    const std::string& name, bool local) {
   return add_op(OpKind::kRope, {x, positions},
-                RopeAttrs{.batch = batch, .seq = seq, .heads = heads, .head_dim = head_dim}, name);
+                RopeAttrs{.batch = batch, .seq = seq, .heads = heads, .head_dim = head_dim, .local = local},
+                name);
 }
 
 ValueId Graph::attention(ValueId q, ValueId k, ValueId v, ValueId segment_ids, const AttentionAttrs& shape,
@@ -169,6 +171,15 @@ ValueId Graph::glu(int act, ValueId gate, ValueId up, const std::string& name, c
 
 ValueId Graph::activation(int act, ValueId x, const std::string& name, const std::string& ckpt) {
   return add_op(OpKind::kActivation, {x}, ActivationAttrs{.activation = act}, name, ckpt);
+}
+
+ValueId Graph::scale(ValueId x, float a, const std::string& name) {
+  return add_op(OpKind::kScale, {x}, ScalarAttrs{.value = a}, name);
+}
+
+ValueId Graph::soft_cap(ValueId x, float cap, const std::string& name) {
+  TESSERA_CHECK(cap > 0, ErrorKind::kInternal, "{}: soft cap {} must be > 0", name, cap);
+  return add_op(OpKind::kSoftCap, {x}, ScalarAttrs{.value = cap}, name);
 }
 
 ValueId Graph::layer_norm(ValueId x, ValueId gamma, ValueId beta, float eps, const std::string& name) {

@@ -116,6 +116,9 @@ enum class OpKind {
   kBiasGrad,       // in: dy [N,C]                          out: dbias (accumulated)
   kActivation,     // in: x [N,F]                           out: y = act(x)
   kActivationBwd,  // in: dy, x                             out: dx
+  kScale,          // in: x                                 out: y = value * x (attrs ScalarAttrs)
+  kSoftCap,        // in: x                                 out: y = value * tanh(x / value)
+  kSoftCapBwd,     // in: dy, x                             out: dx = dy (1 - tanh^2(x / value))
   // Mixture of experts (ops/moe.h): N tokens, X experts, top-k, R dispatch rows.
   kMoeRoute,           // in: logits [N,X]                      out: weights [N,k] f32, experts [N,k] i32
   kMoeRouteBwd,        // in: dweights, weights, experts        out: dlogits [N,X]
@@ -148,14 +151,18 @@ struct MatmulAttrs {  // c = op(a)·op(b) (+= c when accumulate)
 struct NormAttrs {
   float eps = 0.0f;
   int64_t group = 0;  // rms_norm: > 0 normalises each run of `group` columns (per-head QK-norm)
+  float offset = 0;   // rms_norm: scales by gamma + offset (Gemma's 1 + w)
 };
 struct RopeAttrs {  // x [N, heads*D] seen as [B, T, heads, D]
   int batch = 0, seq = 0, heads = 0, head_dim = 0;
+  bool local = false;  // rotate with the table's local companion (Gemma 3's sliding layers)
 };
 struct AttentionAttrs {  // q [N, heads*D], k and v [N, kv_heads*D], as [B, T, heads, D]
   int batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t sliding_window = 0;  // 0: full causal
   bool sinks = false;          // the last input is the sinks [heads] f32 (ops/attention.h)
+  float scale = 0;             // of q·k; 0: 1 / sqrt(head_dim)
+  float logits_soft_cap = 0;   // s = cap * tanh(s / cap) before the softmax (Gemma 2); 0: off
 };
 struct ActivationAttrs {  // glu and activation
   int activation = 0;     // ops::Activation as int
@@ -180,13 +187,16 @@ struct MoeAttrs {
   bool dense = false;
   double lb_weight = 0;  // load_balance_loss_weight
 };
+struct ScalarAttrs {  // scale, soft_cap
+  float value = 0;
+};
 struct GroupedMatmulAttrs {  // c = a·op(b[g]) per group, or the per-group weight gradient
   bool trans_b = false, weight_grad = false, accumulate = false;
   int64_t useful_rows = 0;  // rows the FLOP count charges: N * k (the dense path computes N * X)
 };
 using NodeAttrs =
     std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
-                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs>;
+                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs, ScalarAttrs>;
 
 struct Node {
   OpKind op;
@@ -231,11 +241,14 @@ class Graph {
   ValueId embedding(ValueId table, ValueId ids, DType out_dtype, const std::string& name);
   // RMSNorm over each row of x [N, C], or with `group` > 0 over each run of `group` columns (a
   // head's D: QK-norm), gamma [C] or [group].
-  ValueId rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group = 0);
+  // The norm scales by gamma + offset (Gemma: 1).
+  ValueId rms_norm(ValueId x, ValueId gamma, float eps, const std::string& name, int64_t group = 0,
+                   float offset = 0);
   ValueId matmul(ValueId a, ValueId b, const std::string& name, const std::string& ckpt = "",
                  bool trans_b = false);
+  // `local`: the executor's local RoPE table (ops::RopeTable::local()), Gemma 3's sliding layers.
   ValueId rope(ValueId x, ValueId positions, int batch, int seq, int heads, int head_dim,
-               const std::string& name);
+               const std::string& name, bool local = false);
   // A decoding graph's KV cache [S, T, K, D] (kCache), in the compute dtype.
   ValueId cache(const std::string& name, Shape shape, DType dtype);
   // Decoding attention (kCachedAttention): stores each row's k and v in its slot's cache at its
@@ -253,6 +266,10 @@ class Graph {
               float limit = 0, float up_offset = 0);
   // y = act(x), the plain (non-gated) MLP's activation.
   ValueId activation(int activation, ValueId x, const std::string& name, const std::string& ckpt);
+  // y = a * x (Gemma's embedding scaled by sqrt(E)); any shape.
+  ValueId scale(ValueId x, float a, const std::string& name);
+  // y = cap * tanh(x / cap) (Gemma 2's final logits); any shape, cap > 0.
+  ValueId soft_cap(ValueId x, float cap, const std::string& name);
   // LayerNorm with a bias (beta) over the rows of x [N, C].
   ValueId layer_norm(ValueId x, ValueId gamma, ValueId beta, float eps, const std::string& name);
   // y = x + bias over the rows of x [N, C]; bias an f32 parameter [C].

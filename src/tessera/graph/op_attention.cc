@@ -46,17 +46,24 @@ Tensor rope_view(const Tensor& t, const RopeAttrs& a) {
   return heads_view(t, a.batch, a.seq, a.heads, a.head_dim);
 }
 
+// The executor's table, or its local companion for a local node (Gemma 3's sliding layers).
+const ops::RopeTable& rope_table(const RunContext& c, const Node& n) {
+  TESSERA_CHECK(c.rope != nullptr, ErrorKind::kInternal, "{}: the executor has no RoPE table", n.name);
+  if (!n.attr<RopeAttrs>().local) return *c.rope;
+  TESSERA_CHECK(c.rope->local() != nullptr, ErrorKind::kInternal,
+                "{}: a local rotation, but the RoPE table has no local companion", n.name);
+  return *c.rope->local();
+}
+
 void rope_run(const RunContext& c, const Node& n) {
   const RopeAttrs& a = n.attr<RopeAttrs>();
-  TESSERA_CHECK(c.rope != nullptr, ErrorKind::kInternal, "{}: the executor has no RoPE table", n.name);
-  ops::rope_fwd(rope_view(c.in(n, 0), a), c.in(n, 1), *c.rope, ops::RopeLayout::kRotateHalf,
+  ops::rope_fwd(rope_view(c.in(n, 0), a), c.in(n, 1), rope_table(c, n), ops::RopeLayout::kRotateHalf,
                 rope_view(c.out(n, 0), a));
 }
 
 void rope_bwd_run(const RunContext& c, const Node& n) {  // in: dy, positions
   const RopeAttrs& a = n.attr<RopeAttrs>();
-  TESSERA_CHECK(c.rope != nullptr, ErrorKind::kInternal, "{}: the executor has no RoPE table", n.name);
-  ops::rope_bwd(rope_view(c.in(n, 0), a), c.in(n, 1), *c.rope, ops::RopeLayout::kRotateHalf,
+  ops::rope_bwd(rope_view(c.in(n, 0), a), c.in(n, 1), rope_table(c, n), ops::RopeLayout::kRotateHalf,
                 rope_view(c.out(n, 0), a));
 }
 
@@ -113,6 +120,8 @@ ops::AttentionOptions attention_options(const RunContext& c, const Node& n, size
   ops::AttentionOptions o;
   const AttentionAttrs& a = n.attr<AttentionAttrs>();
   o.sliding_window = a.sliding_window;
+  o.scale = a.scale;
+  o.logits_soft_cap = a.logits_soft_cap;
   const size_t optional = n.in.size() - seg_index;  // segment ids and sinks
   if (optional > (a.sinks ? 1u : 0u)) o.segment_ids = c.in(n, seg_index);
   if (a.sinks) o.sinks = c.in(n, n.in.size() - 1);
@@ -210,7 +219,8 @@ void cached_attention_run(const RunContext& c, const Node& n) {
                 row_bytes);
     idx_slot[m] = slot[m], idx_len[m] = pos[m] + 1;
   }
-  ops::DecodeAttentionOptions o{.sliding_window = a.sliding_window};
+  ops::DecodeAttentionOptions o{
+      .scale = a.scale, .sliding_window = a.sliding_window, .logits_soft_cap = a.logits_soft_cap};
   if (a.sinks) o.sinks = c.in(n, n.in.size() - 1);
   ops::decode_attention(q.reshape(Shape{M, H, D}), kc, vc, index.slice0(0, 1).reshape(Shape{M}),
                         index.slice0(1, 2).reshape(Shape{M}), out.reshape(Shape{M, H, D}), o);

@@ -211,13 +211,13 @@ Tensor rows_of(const Tensor& t, const Node& n) {
 }
 
 void rms_norm_run(const RunContext& c, const Node& n) {
-  ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), n.attr<NormAttrs>().eps, rows_of(c.out(n, 0), n),
-                   c.out(n, 1));
+  const NormAttrs& a = n.attr<NormAttrs>();
+  ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), a.eps, rows_of(c.out(n, 0), n), c.out(n, 1), a.offset);
 }
 
 void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, rstd
   ops::rmsnorm_bwd(rows_of(c.in(n, 1), n), c.in(n, 2), c.in(n, 3), rows_of(c.in(n, 0), n),
-                   rows_of(c.out(n, 0), n), c.out(n, 1));
+                   rows_of(c.out(n, 0), n), c.out(n, 1), n.attr<NormAttrs>().offset);
 }
 
 // ---- layer_norm: y = (x - mean) * rstd * gamma + beta over each row; mean, rstd [N] kept ----------
@@ -307,6 +307,36 @@ void activation_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x
   ops::act_bwd(activation_of(n), c.in(n, 1), c.in(n, 0), c.out(n, 0));
 }
 
+// ---- scale: y = a * x; soft_cap: y = cap * tanh(x / cap) ----------------------------------------
+
+float scalar_of(const Node& n) {
+  return n.attr<ScalarAttrs>().value;
+}
+
+void scale_backward(GradBuilder& gb, const Node& f, ValueId dy) {  // dx = a * dy
+  ValueId dx = gb.grad_value(f.in[0]);
+  gb.add(gb.node(OpKind::kScale, {dy}, {dx}, ".bwd"));
+  gb.contribute(f.in[0], dx);
+}
+
+void scale_run(const RunContext& c, const Node& n) {
+  ops::scale(c.in(n, 0), scalar_of(n), c.out(n, 0));
+}
+
+void soft_cap_backward(GradBuilder& gb, const Node& f, ValueId dy) {
+  ValueId dx = gb.grad_value(f.in[0]);
+  gb.add(gb.node(OpKind::kSoftCapBwd, {dy, f.in[0]}, {dx}, ".bwd"));
+  gb.contribute(f.in[0], dx);
+}
+
+void soft_cap_run(const RunContext& c, const Node& n) {
+  ops::soft_cap_fwd(c.in(n, 0), scalar_of(n), c.out(n, 0));
+}
+
+void soft_cap_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x
+  ops::soft_cap_bwd(c.in(n, 1), c.in(n, 0), scalar_of(n), c.out(n, 0));
+}
+
 }  // namespace
 
 std::vector<OpDef> dense_op_defs() {
@@ -358,6 +388,19 @@ std::vector<OpDef> dense_op_defs() {
        .shard = shard_like_inputs,
        .run = activation_run},
       {.kind = OpKind::kActivationBwd, .name = "activation_bwd", .run = activation_bwd_run},
+      {.kind = OpKind::kScale,
+       .name = "scale",
+       .infer = activation_infer,
+       .backward = scale_backward,
+       .shard = shard_like_inputs,
+       .run = scale_run},
+      {.kind = OpKind::kSoftCap,
+       .name = "soft_cap",
+       .infer = activation_infer,
+       .backward = soft_cap_backward,
+       .shard = shard_like_inputs,
+       .run = soft_cap_run},
+      {.kind = OpKind::kSoftCapBwd, .name = "soft_cap_bwd", .run = soft_cap_bwd_run},
   };
 }
 

@@ -34,7 +34,8 @@ ValueId Blocks::w(ValueId param) {
 ValueId Blocks::norm(ValueId x, const std::string& name) {
   ValueId gamma = g_.param(name + ".scale", Shape{s_.emb_dim}, {"norm"}, /*weight_decay=*/false);
   const auto eps = static_cast<float>(s_.norm_eps);
-  if (s_.norm == NormKind::kRms) return g_.rms_norm(x, gamma, eps, name);
+  if (s_.norm == NormKind::kRms)
+    return g_.rms_norm(x, gamma, eps, name, 0, static_cast<float>(s_.norm_offset));
   ValueId beta = g_.param(name + ".bias", Shape{s_.emb_dim}, {"norm"}, /*weight_decay=*/false);
   return g_.layer_norm(x, gamma, beta, eps, name);
 }
@@ -81,20 +82,24 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
     const auto eps = static_cast<float>(s_.norm_eps);
     ValueId gq = g_.param(p + "query_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
     ValueId gk = g_.param(p + "key_norm.scale", Shape{D}, {"norm"}, /*weight_decay=*/false);
-    q = g_.rms_norm(q, gq, eps, p + "query_norm", D);
-    k = g_.rms_norm(k, gk, eps, p + "key_norm", D);
+    const auto offset = static_cast<float>(s_.norm_offset);
+    q = g_.rms_norm(q, gq, eps, p + "query_norm", D, offset);
+    k = g_.rms_norm(k, gk, eps, p + "key_norm", D, offset);
   }
   const int B = static_cast<int>(s_.batch), T = static_cast<int>(s_.seq);
   if (s_.rope) {
-    q = g_.rope(q, in_.positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope");
-    k = g_.rope(k, in_.positions, B, T, static_cast<int>(K), static_cast<int>(D), p + "key_rope");
+    const bool local = s_.local_rope(g_.layer());
+    q = g_.rope(q, in_.positions, B, T, static_cast<int>(H), static_cast<int>(D), p + "query_rope", local);
+    k = g_.rope(k, in_.positions, B, T, static_cast<int>(K), static_cast<int>(D), p + "key_rope", local);
   }
   const graph::AttentionAttrs a{.batch = B,
                                 .seq = T,
                                 .heads = static_cast<int>(H),
                                 .kv_heads = static_cast<int>(K),
                                 .head_dim = static_cast<int>(D),
-                                .sliding_window = s_.window_of(g_.layer())};
+                                .sliding_window = s_.window_of(g_.layer()),
+                                .scale = static_cast<float>(s_.query_scale),
+                                .logits_soft_cap = static_cast<float>(s_.attn_logits_soft_cap)};
   const ValueId sinks = s_.attention_sinks
                             ? g_.param(p + "sinks", Shape{H}, {"q_heads"}, /*weight_decay=*/false)
                             : graph::kNoValue;
@@ -182,6 +187,11 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
 ValueId Blocks::embed() {
   embedding_ = g_.param("token_embedder.embedding", Shape{s_.vocab_size, s_.emb_dim}, {"vocab", "embed"});
   ValueId x = g_.embedding(embedding_, in_.tokens, s_.dtype, "decoder.embed");  // [N, E]
+  if (s_.embed_scale > 0) {  // in the compute dtype, as Gemma multiplies by a normaliser of x's dtype
+    const auto f = static_cast<float>(s_.embed_scale);
+    const float a = s_.dtype == DType::kBF16 ? round_to_bf16(f) : f;
+    x = g_.scale(x, a, "decoder.embed_scaled");
+  }
   if (s_.trainable_position_size <= 0) return x;
   const int64_t longest = s_.decoding() ? s_.decode.max_length : s_.seq;
   TESSERA_CHECK(longest <= s_.trainable_position_size, ErrorKind::kConfig,
@@ -196,13 +206,17 @@ void Blocks::logits_and_loss(ValueId x) {
   TESSERA_ASSERT(embedding_ != graph::kNoValue);
   if (in_.logit_rows != graph::kNoValue)  // a prefill chunk: only its last row's logits are used
     x = g_.embedding(x, in_.logit_rows, s_.dtype, "decoder.logit_rows");  // [1, E]
+  // The logits are "decoder.logits"; with a soft cap, the product before it "decoder.logits_raw".
+  const bool capped = s_.final_logits_soft_cap > 0;
+  const std::string name = capped ? "decoder.logits_raw" : "decoder.logits";
   ValueId logits;
   if (s_.logits_via_embedding) {
-    logits = g_.matmul(x, w(embedding_), "decoder.logits", "", /*trans_b=*/true);  // [N, V]
+    logits = g_.matmul(x, w(embedding_), name, "", /*trans_b=*/true);  // [N, V]
   } else {
     ValueId wu = kernel("decoder.logits_dense.kernel", s_.emb_dim, s_.vocab_size, "embed", "vocab");
-    logits = product(x, wu, "decoder.logits", "");  // [N, V]
+    logits = product(x, wu, name, "");  // [N, V]
   }
+  if (capped) logits = g_.soft_cap(logits, static_cast<float>(s_.final_logits_soft_cap), "decoder.logits");
   if (s_.decoding()) return g_.add_output(logits);
   g_.set_loss(g_.cross_entropy(logits, in_.targets, s_.z_loss, "loss"));
 }

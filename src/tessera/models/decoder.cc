@@ -42,8 +42,8 @@ void record_tensor_parallel(graph::Graph& g, const ModelSpec& s) {
 }  // namespace
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> all = {&kLlamaFamily, &kGpt3Family, &kQwenFamily, &kMixtralFamily,
-                                                 &kGptOssFamily};
+  static const std::vector<const Family*> all = {&kLlamaFamily,   &kGpt3Family,   &kQwenFamily,
+                                                 &kMixtralFamily, &kGptOssFamily, &kGemmaFamily};
   return all;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "tessera/ops/convert.h"
 
@@ -62,6 +63,11 @@ int64_t fan_in(const Shape& whole) {
 
 void init_params(graph::Plan& plan, uint64_t seed) {
   const auto& values = plan.graph().values();
+  // A norm that scales by gamma + offset (Gemma's 1 + w) starts at gamma = 1 - offset: every norm
+  // starts as the identity scale.
+  std::vector<float> norm_start(values.size(), 1.0f);
+  for (const graph::Node& n : plan.graph().nodes())
+    if (n.op == graph::OpKind::kRmsNorm) norm_start[n.in[1]] = 1.0f - n.attr<graph::NormAttrs>().offset;
   for (size_t id = 0; id < values.size(); ++id) {
     const graph::Value& v = values[id];
     if (v.kind != graph::ValueKind::kParam) continue;
@@ -79,7 +85,7 @@ void init_params(graph::Plan& plan, uint64_t seed) {
     const auto kernel_std =
         static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in(piece.whole))) / 0.87962566103423978);
     if (is_norm || is_bias) {
-      std::fill(w, w + n, is_norm ? 1.0f : 0.0f);
+      std::fill(w, w + n, is_norm ? norm_start[id] : 0.0f);
       continue;
     }
     auto value = [&](uint64_t i, float z) { return is_embedding ? z : kernel_std * truncated(key, i, z); };

@@ -37,10 +37,13 @@ DecoderInputs build_pre_norm_decoder(graph::Graph& g, const ModelSpec& s, const 
   for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
     g.set_layer(static_cast<int>(l));
     const std::string p = fmt::format("decoder.layers_{}.", l);
-    ValueId h = b.norm(x, p + "pre_self_attention_layer_norm");
-    x = g.add(x, b.attention(h, p + names.attention), p + "attention_residual");
-    h = b.norm(x, p + "post_self_attention_layer_norm");
-    x = g.add(x, names.moe ? b.moe(h, p + names.mlp) : b.mlp(h, p + names.mlp), p + "mlp_residual");
+    ValueId h = b.attention(b.norm(x, p + names.pre_attention_norm), p + names.attention);
+    if (s.post_attention_norm) h = b.norm(h, p + names.post_attention_norm);
+    x = g.add(x, h, p + "attention_residual");
+    h = b.norm(x, p + names.pre_mlp_norm);
+    h = names.moe ? b.moe(h, p + names.mlp) : b.mlp(h, p + names.mlp);
+    if (s.post_mlp_norm) h = b.norm(h, p + names.post_mlp_norm);
+    x = g.add(x, h, p + "mlp_residual");
   }
   g.set_layer(-1);
   b.logits_and_loss(b.norm(x, "decoder.decoder_norm"));

@@ -55,7 +55,14 @@ ModelSpec model_spec_from_config(const Config& cfg) {
       {cfg.attention_sink && !s.attention_sinks, "attention_sink=true"},
       {cfg.mlp_bias && !s.mlp_bias, "mlp_bias=true"},
       {cfg.mlp_activations_limit > 0 && s.mlp_limit == 0, "mlp_activations_limit"},
-      {cfg.routed_bias && !s.routed_bias, "routed_bias=true"}};
+      {cfg.routed_bias && !s.routed_bias, "routed_bias=true"},
+      {cfg.use_post_attn_norm && !s.post_attention_norm, "use_post_attn_norm=true"},
+      {cfg.use_post_ffw_norm && !s.post_mlp_norm, "use_post_ffw_norm=true"},
+      {cfg.attn_logits_soft_cap > 0 && s.attn_logits_soft_cap == 0, "attn_logits_soft_cap"},
+      {cfg.final_logits_soft_cap > 0 && s.final_logits_soft_cap == 0, "final_logits_soft_cap"},
+      {cfg.query_pre_attn_scalar > 0 && s.query_scale == 0, "query_pre_attn_scalar"},
+      {cfg.local_rope_max_timescale > 0 && s.local_rope_theta == 0, "local_rope_max_timescale"},
+      {cfg.rope_linear_scaling_factor != 1 && s.rope_linear_factor == 1, "rope_linear_scaling_factor"}};
   for (const auto& [bad, key] : unhonoured)
     if (bad) fail(ErrorKind::kConfig, "{}: the {} block does not have it", key, cfg.decoder_block);
   if (s.num_experts > 1 && !family_for(cfg.decoder_block).moe)
@@ -86,6 +93,14 @@ ModelSpec model_spec_from_config(const Config& cfg) {
 ops::RopeConfig rope_config(const ModelSpec& s, int64_t max_positions) {
   ops::RopeConfig rc{.max_timescale = s.rope_theta, .head_dim = s.head_dim, .max_positions = max_positions};
   if (s.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
+  if (s.rope_linear_factor != 1) {
+    TESSERA_CHECK(s.rope_type == "default", ErrorKind::kConfig,
+                  "rope_linear_scaling_factor={} with rope_type={}: linear scaling is of plain RoPE",
+                  s.rope_linear_factor, s.rope_type);
+    rc.scaling = ops::RopeScaling::kLinear;
+    rc.linear_factor = s.rope_linear_factor;
+  }
+  rc.local_max_timescale = s.local_rope_theta;
   if (s.rope_type == "yarn") {
     rc.scaling = ops::RopeScaling::kYarn;
     rc.yarn = s.yarn;

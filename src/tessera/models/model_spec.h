@@ -44,9 +44,21 @@ struct ModelSpec {
   bool qk_norm = false;             // RMSNorm over each head's D of q and k, before RoPE
   bool mlp_bias = false;            // biases on the MLP's (and the experts') projections
   bool attention_sinks = false;     // one learned logit per query head in each softmax (GPT-OSS)
-  // Layers whose index is a multiple of window_cycle use the sliding window, the others full
-  // attention (GPT-OSS: 2, sliding first); 0: every layer uses sliding_window.
+  // With window_cycle c > 0, layer l attends to everything when l % c == c - 1 and slides the window
+  // otherwise (GPT-OSS and Gemma 2: c = 2, sliding first; Gemma 3: c = 6, five local then one
+  // global); 0: every layer uses sliding_window.
   int64_t window_cycle = 0;
+  // Gemma's options. The norms scale by gamma + norm_offset (Gemma's 1 + w: 1); embed_scale
+  // multiplies the token embedding (Gemma: sqrt(E)); the outputs of the attention and of the MLP
+  // are normalised before their residual adds when post_attention_norm / post_mlp_norm.
+  double norm_offset = 0;
+  double embed_scale = 0;  // 0: none
+  bool post_attention_norm = false, post_mlp_norm = false;
+  double attn_logits_soft_cap = 0;   // s = c tanh(s / c) in every attention softmax; 0: off
+  double final_logits_soft_cap = 0;  // the output logits likewise; 0: off
+  double query_scale = 0;            // of q·k; 0: 1 / sqrt(head_dim)
+  double rope_linear_factor = 1;     // linear RoPE scaling of the global layers (1: none)
+  double local_rope_theta = 0;       // > 0: the sliding layers rotate with this theta, unscaled
   // The gated MLP's clamps (GPT-OSS): gate <= limit, |up| <= limit, then + up_offset on up; 0: none.
   double mlp_limit = 0;
   double mlp_up_offset = 0;
@@ -88,8 +100,10 @@ struct ModelSpec {
 
   // The sliding window of decoder layer `layer` (0: full attention).
   int64_t window_of(int64_t layer) const {
-    return window_cycle > 0 && layer % window_cycle != 0 ? 0 : sliding_window;
+    return window_cycle > 0 && layer % window_cycle == window_cycle - 1 ? 0 : sliding_window;
   }
+  // Whether layer `layer` rotates with the local RoPE table (local_rope_theta).
+  bool local_rope(int64_t layer) const { return local_rope_theta > 0 && window_of(layer) > 0; }
 
   // Parameters of the whole model (every tensor-parallel slice), counted from the family's graph.
   int64_t num_params() const;

@@ -94,6 +94,53 @@ void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx
     k.act_bwd_bf16(act, x.ptr<uint16_t>(), dy.ptr<uint16_t>(), dx.ptr<uint16_t>(), x.numel());
 }
 
+void scale(const Tensor& x, float a, const Tensor& y) {
+  check_float_dtype("scale", "x", x);
+  check_like("scale", "y", y, x, "x");
+  TESSERA_CHECK_SHAPE(x.is_contiguous() && y.is_contiguous(), "scale: x and y must be contiguous");
+  TESSERA_CHECK_SHAPE(std::isfinite(a), "scale: the factor must be finite, got {}", a);
+  const auto& k = *backends::kernels_for(x).activation;
+  if (x.dtype() == DType::kF32)
+    k.scale_f32(x.ptr<float>(), y.ptr<float>(), a, x.numel());
+  else
+    k.scale_bf16(x.ptr<uint16_t>(), y.ptr<uint16_t>(), a, x.numel());
+}
+
+void soft_cap_fwd(const Tensor& x, float cap, const Tensor& y) {
+  check_float_dtype("soft_cap_fwd", "x", x);
+  check_like("soft_cap_fwd", "y", y, x, "x");
+  TESSERA_CHECK_SHAPE(x.is_contiguous() && y.is_contiguous(), "soft_cap_fwd: x and y must be contiguous");
+  TESSERA_CHECK_SHAPE(std::isfinite(cap) && cap > 0, "soft_cap_fwd: cap must be finite and > 0, got {}", cap);
+  const auto& k = *backends::kernels_for(x).activation;
+  if (x.dtype() == DType::kF32)
+    k.soft_cap_f32(x.ptr<float>(), y.ptr<float>(), cap, x.numel());
+  else
+    k.soft_cap_bf16(x.ptr<uint16_t>(), y.ptr<uint16_t>(), cap, x.numel());
+}
+
+void soft_cap_bwd(const Tensor& x, const Tensor& dy, float cap, const Tensor& dx) {
+  check_float_dtype("soft_cap_bwd", "x", x);
+  check_like("soft_cap_bwd", "dy", dy, x, "x");
+  check_like("soft_cap_bwd", "dx", dx, x, "x");
+  TESSERA_CHECK_SHAPE(x.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(),
+                      "soft_cap_bwd: x, dy and dx must be contiguous");
+  TESSERA_CHECK_SHAPE(std::isfinite(cap) && cap > 0, "soft_cap_bwd: cap must be finite and > 0, got {}", cap);
+  const auto& k = *backends::kernels_for(x).activation;
+  if (x.dtype() == DType::kF32)
+    k.soft_cap_bwd_f32(x.ptr<float>(), dy.ptr<float>(), dx.ptr<float>(), cap, x.numel());
+  else
+    k.soft_cap_bwd_bf16(x.ptr<uint16_t>(), dy.ptr<uint16_t>(), dx.ptr<uint16_t>(), cap, x.numel());
+}
+
+double soft_cap_ref(double x, double cap) {
+  return cap * std::tanh(x / cap);
+}
+
+double soft_cap_grad_ref(double x, double cap) {
+  const double t = std::tanh(x / cap);
+  return 1 - t * t;
+}
+
 namespace {
 backends::GluClamp clamp_of(const char* op, GluOptions opt) {
   TESSERA_CHECK_SHAPE(opt.limit >= 0 && std::isfinite(opt.up_offset), "{}: limit {} must be >= 0 (0: none)",

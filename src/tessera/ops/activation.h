@@ -42,6 +42,14 @@ void act_fwd(Activation act, const Tensor& x, const Tensor& y);
 // dx = dy * act'(x) (overwritten). All the same shape and dtype, contiguous; dx may alias dy.
 void act_bwd(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
+// y = a * x. x, y: same shape and dtype (f32 or bf16), contiguous; y may alias x. Its backward is
+// itself (dx = a * dy).
+void scale(const Tensor& x, float a, const Tensor& y);
+// The logit soft cap (Gemma 2): y = cap * tanh(x / cap), cap > 0; y may alias x.
+void soft_cap_fwd(const Tensor& x, float cap, const Tensor& y);
+// dx = dy * (1 - tanh^2(x / cap)) (overwritten; from the forward's input x); dx may alias dy.
+void soft_cap_bwd(const Tensor& x, const Tensor& dy, float cap, const Tensor& dx);
+
 // GPT-OSS's clamps of the gated unit (backends/kernels/activation.h): limit 0 means none.
 struct GluOptions {
   float limit = 0;      // mlp_activations_limit: gate <= limit, |up| <= limit
@@ -66,6 +74,8 @@ int64_t glu_bwd_bytes(int64_t n, int64_t f, DType dtype);  // read gate, up, dou
 double act_ref(Activation act, double x);
 double act_grad_ref(Activation act, double x);  // d act / dx
 void act_fwd_ref(Activation act, const double* x, double* y, int64_t n);
+double soft_cap_ref(double x, double cap);
+double soft_cap_grad_ref(double x, double cap);  // d soft_cap / dx
 void act_bwd_ref(Activation act, const double* x, const double* dy, double* dx, int64_t n);
 void glu_fwd_ref(Activation act, const double* gate, const double* up, double* out, int64_t n);
 void glu_bwd_ref(Activation act, const double* gate, const double* up, const double* dout, double* dgate,

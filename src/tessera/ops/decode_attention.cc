@@ -44,6 +44,9 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   const float scale = opt.scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(D)) : opt.scale;
   TESSERA_CHECK_SHAPE(std::isfinite(scale) && scale > 0,
                       "decode_attention: scale must be finite and > 0, got {}", scale);
+  TESSERA_CHECK_SHAPE(std::isfinite(opt.logits_soft_cap) && opt.logits_soft_cap >= 0,
+                      "decode_attention: logits_soft_cap must be >= 0 (0 = off), got {}",
+                      opt.logits_soft_cap);
   TESSERA_CHECK_SHAPE(opt.sliding_window >= 0, "decode_attention: sliding_window must be >= 0, got {}",
                       opt.sliding_window);
   const int32_t* s = slot.ptr<int32_t>();
@@ -71,7 +74,8 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                                            opt.sliding_window,
                                            s,
                                            len,
-                                           sinks ? opt.sinks.ptr<float>() : nullptr};
+                                           sinks ? opt.sinks.ptr<float>() : nullptr,
+                                           opt.logits_soft_cap};
   backends::kernels_for(q).decode_attention->forward(p, q.data(), k_cache.data(), v_cache.data(), out.data());
 }
 
@@ -103,6 +107,8 @@ void decode_attention_ref(const DecodeAttentionDims& d, const DecodeAttentionOpt
         double dot = 0;
         for (int64_t x = 0; x < d.D; ++x) dot += qh[x] * kv(k, j)[x];
         s[j - j0] = scale * dot;
+        if (opt.logits_soft_cap > 0)
+          s[j - j0] = opt.logits_soft_cap * std::tanh(s[j - j0] / opt.logits_soft_cap);
         mx = std::max(mx, s[j - j0]);
       }
       if (!sinks.empty()) mx = std::max(mx, sinks[static_cast<size_t>(h)]);

@@ -8,13 +8,14 @@
 // which are ops/attention.h's rules for the last row of a causal sequence. GQA: query head h
 // reads kv head h / (H / Hkv).
 //
-//   out[b, h] = sum_j softmax_j(scale * q[b, h] . k[slot_b, j, h']) v[slot_b, j, h']
+//   out[b, h] = sum_j softmax_j(s_j) v[slot_b, j, h'],  s_j = scale * q[b, h] . k[slot_b, j, h']
+//   (with logits_soft_cap c > 0: s_j = c * tanh(s_j / c), Gemma 2, as ops/attention.h)
 //
 // Shapes: q, out [M, H, D]; slot, length int32 [M] (slots may repeat only in tests of the math:
 // the op reads the cache and never writes it); q, caches and out all f32 or all bf16 (bf16 is
 // widened, computed in f32, and out rounded to nearest even once). D <= 256.
 // FLOPs: the two products, 4 * D per (query head, visible key), as MaxText counts attention.
-// Left out: the backward (decoding only), soft-capping, segments, and writing the cache (the
+// Left out: the backward (decoding only), segments, and writing the cache (the
 // caller stores the new key and value before calling).
 #pragma once
 
@@ -28,6 +29,7 @@ namespace tessera::ops {
 struct DecodeAttentionOptions {
   float scale = 0.0f;          // 0: 1 / sqrt(D); otherwise must be > 0
   int64_t sliding_window = 0;  // 0: none
+  float logits_soft_cap = 0;   // 0: off
   // f32 [H]: attention sinks (GPT-OSS; ops/attention.h): sinks[h] is one more logit in every
   // softmax of query head h, with a zero value. Undefined: none.
   Tensor sinks;

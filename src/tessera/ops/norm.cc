@@ -40,21 +40,30 @@ bool is_f32(const Tensor& x) {
 
 }  // namespace
 
-void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd) {
+void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd,
+                 float gamma_offset) {
   const int64_t n = check_rows("rmsnorm_fwd", x), c = x.dim(-1);
   check_f32_vec("rmsnorm_fwd", "gamma", gamma, c, "C");
   check_like("rmsnorm_fwd", "y", y, x);
   check_f32_vec("rmsnorm_fwd", "rstd", rstd, n, "N");
   TESSERA_CHECK_SHAPE(eps >= 0, "rmsnorm_fwd: eps must be >= 0, got {}", eps);
   if (n == 0) return;
-  backends::NormFwdArgs a{x.data(), gamma.ptr<float>(), nullptr, eps, y.data(),
-                          nullptr,  rstd.ptr<float>(),  n,       c};
+  backends::NormFwdArgs a{.x = x.data(),
+                          .gamma = gamma.ptr<float>(),
+                          .beta = nullptr,
+                          .eps = eps,
+                          .y = y.data(),
+                          .mean = nullptr,
+                          .rstd = rstd.ptr<float>(),
+                          .rows = n,
+                          .cols = c,
+                          .gamma_offset = gamma_offset};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_fwd_f32 : k.rmsnorm_fwd_bf16)(a);
 }
 
 void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                 const Tensor& dgamma) {
+                 const Tensor& dgamma, float gamma_offset) {
   const int64_t n = check_rows("rmsnorm_bwd", x), c = x.dim(-1);
   check_f32_vec("rmsnorm_bwd", "gamma", gamma, c, "C");
   check_f32_vec("rmsnorm_bwd", "rstd", rstd, n, "N");
@@ -71,7 +80,8 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const
                           dgamma.ptr<float>(),
                           nullptr,
                           n,
-                          c};
+                          c,
+                          gamma_offset};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_bwd_f32 : k.rmsnorm_bwd_bf16)(a);
 }

@@ -13,7 +13,8 @@
 // rounds once at the store. For f32 inputs the two agree to f32 rounding; for bf16 they differ by
 // at most one bf16 rounding of the normalised value (relative 2^-9 per element before the product,
 // so |Tessera - HF| <= ~2^-8 |y| with the second rounding), and Tessera's is the more accurate.
-// Gemma's variant (weight stored as w - 1, applied as 1 + w) is the caller's affair: pass 1 + w.
+// Gemma's variant (weight w stored as Hugging Face stores it, applied as 1 + w) is the rmsnorm
+// ops' gamma_offset = 1: y = x * rstd * (gamma + gamma_offset), in f32 as Gemma's RMSNorm does.
 //
 // Left out: FLOP counts (these ops are bound by memory traffic), fused residual add, QK-norm
 // over heads (call rmsnorm on [B*T*H, D]).
@@ -25,13 +26,14 @@
 
 namespace tessera::ops {
 
-// y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps), saved as rstd [N].
+// y = x * rstd * (gamma + gamma_offset), rstd = 1 / sqrt(mean(x^2) + eps), saved as rstd [N].
 // x [N, C], gamma [C] f32, y like x (may alias x), rstd [N] f32. All contiguous.
-void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd);
-// dx = rstd * (dy*gamma - xhat * mean(dy*gamma*xhat)), xhat = x * rstd (overwritten);
-// dgamma += sum over rows of dy * xhat. rstd is the forward's.
+void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd,
+                 float gamma_offset = 0);
+// With g = dy * (gamma + gamma_offset): dx = rstd * (g - xhat * mean(g * xhat)), xhat = x * rstd
+// (overwritten); dgamma += sum over rows of dy * xhat. rstd is the forward's.
 void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                 const Tensor& dgamma);
+                 const Tensor& dgamma, float gamma_offset = 0);
 
 // y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps) (biased variance), saving
 // mean [N] and rstd [N]. beta may be an undefined Tensor (no bias).

@@ -32,6 +32,11 @@ void check_config(const RopeConfig& c) {
         "original_max_position_embeddings > 0; got factor {}, beta_fast {}, beta_slow {}, original {}",
         y.factor, y.beta_fast, y.beta_slow, y.original_max_position_embeddings);
   }
+  TESSERA_CHECK(c.scaling != RopeScaling::kLinear || (std::isfinite(c.linear_factor) && c.linear_factor > 0),
+                ErrorKind::kConfig, "rope: linear scaling needs rope_linear_scaling_factor > 0, got {}",
+                c.linear_factor);
+  TESSERA_CHECK(c.local_max_timescale == 0 || c.local_max_timescale > 1, ErrorKind::kConfig,
+                "rope: local_rope_max_timescale must be > 1 (or 0: none), got {}", c.local_max_timescale);
   if (c.scaling == RopeScaling::kLlama3) {
     const Llama3RopeScaling& l = c.llama3;
     TESSERA_CHECK(l.factor > 0 && l.low_freq_factor > 0 && l.high_freq_factor > l.low_freq_factor &&
@@ -134,6 +139,7 @@ RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
     if (config_.scaling == RopeScaling::kLlama3) f = llama3_scale(f, config_.llama3);
     if (config_.scaling == RopeScaling::kYarn)
       f = yarn_scale(f, i, config_.yarn, config_.max_timescale, config_.head_dim);
+    if (config_.scaling == RopeScaling::kLinear) f /= config_.linear_factor;
     inv_freq_[i] = f;
   }
   const double att = config_.scaling == RopeScaling::kYarn ? config_.yarn.attention_factor() : 1.0;
@@ -149,7 +155,15 @@ RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
       sin_[p * half + i] = static_cast<float>(att * std::sin(angle));
     }
   }
+  if (config_.local_max_timescale > 0) {
+    RopeConfig lc{.max_timescale = config_.local_max_timescale,
+                  .head_dim = config_.head_dim,
+                  .max_positions = config_.max_positions};
+    local_ = std::make_unique<RopeTable>(lc);
+  }
 }
+
+RopeTable::~RopeTable() = default;
 
 void rope_fwd(const Tensor& x, const Tensor& positions, const RopeTable& table, RopeLayout layout,
               const Tensor& y) {
@@ -194,6 +208,8 @@ std::vector<double> rope_inv_freq_ref(const RopeConfig& config) {
     }
     return f;
   }
+  if (config.scaling == RopeScaling::kLinear)
+    for (double& x : f) x /= config.linear_factor;
   if (config.scaling != RopeScaling::kLlama3) return f;
   const Llama3RopeScaling& l = config.llama3;
   const double low_wavelen = l.original_max_position_embeddings / l.low_freq_factor;

@@ -25,16 +25,22 @@
 // multiplies both cos and sin, so q·k grows by att^2; the inverse rotation carries it too (the
 // backward of y = att R x is att Rᵀ dy).
 //
+// Or kLinear (Hugging Face's rope_type "linear", Gemma 3's global layers): f' = f / linear_factor.
+//
+// A local companion (Gemma 3): with local_max_timescale > 0 the table also holds a second table of
+// theta = local_max_timescale and no scaling (local()), which layers marked local rotate with.
+//
 // Precision: the table is computed in double (angle, cos, sin) and stored in f32, so every entry
 // is the correctly rounded value. Hugging Face computes inv_freq and p * inv_freq in f32, whose
 // angle error grows with p (about 1e-3 rad near p = 8192); comparisons with its dumps need a
 // tolerance that grows with position.
 //
-// Left out: partial rotary (rotary dim < head dim), linear scaling, MRoPE, YaRN's mscale variants
+// Left out: partial rotary (rotary dim < head dim), MRoPE, YaRN's mscale variants
 // (DeepSeek's mscale / mscale_all_dim).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tessera/core/tensor.h"
@@ -42,7 +48,7 @@
 namespace tessera::ops {
 
 enum class RopeLayout { kRotateHalf, kInterleaved };
-enum class RopeScaling { kNone, kLlama3, kYarn };
+enum class RopeScaling { kNone, kLlama3, kYarn, kLinear };
 
 // Llama 3.1's published values are the defaults.
 struct Llama3RopeScaling {
@@ -68,14 +74,21 @@ struct RopeConfig {
   int64_t head_dim = 0;            // D, even
   int64_t max_positions = 0;       // table rows: positions 0 .. max_positions - 1
   RopeScaling scaling = RopeScaling::kNone;
-  Llama3RopeScaling llama3;  // used when scaling == kLlama3
-  YarnRopeScaling yarn;      // used when scaling == kYarn
+  Llama3RopeScaling llama3;        // used when scaling == kLlama3
+  YarnRopeScaling yarn;            // used when scaling == kYarn
+  double linear_factor = 1;        // used when scaling == kLinear: positions divided by it
+  double local_max_timescale = 0;  // > 0: build local(), theta = this, no scaling
 };
 
 // cos/sin [max_positions, D/2] f32. Built once (std::vector, outside any step loop); threaded.
 class RopeTable {
  public:
   explicit RopeTable(const RopeConfig& config);  // throws kConfig on a bad config
+  RopeTable(const RopeTable&) = delete;
+  RopeTable& operator=(const RopeTable&) = delete;
+  RopeTable(RopeTable&&) = default;
+  RopeTable& operator=(RopeTable&&) = default;
+  ~RopeTable();
 
   const RopeConfig& config() const { return config_; }
   int64_t head_dim() const { return config_.head_dim; }
@@ -83,9 +96,12 @@ class RopeTable {
   double inv_freq(int64_t i) const { return inv_freq_[static_cast<size_t>(i)]; }  // after scaling
   const float* cos() const { return cos_.data(); }
   const float* sin() const { return sin_.data(); }
+  // The local companion (config.local_max_timescale > 0), else nullptr.
+  const RopeTable* local() const { return local_.get(); }
 
  private:
   RopeConfig config_;
+  std::unique_ptr<RopeTable> local_;
   std::vector<double> inv_freq_;  // [D/2]
   std::vector<float> cos_, sin_;  // [max_positions, D/2]
 };

@@ -75,5 +75,14 @@ struct ActivationKernels {
   void (*glu_bwd_bf16)(const GluBwdArgs& a);
   // y[i] = fn(x[i]) with the simd_math.h function fn.
   void (*math_f32)(MathFn fn, const float* x, float* y, int64_t n);
+  // y[i] = a * x[i] (y may alias x).
+  void (*scale_f32)(const float* x, float* y, float a, int64_t n);
+  void (*scale_bf16)(const uint16_t* x, uint16_t* y, float a, int64_t n);
+  // The logit soft cap (Gemma 2): y[i] = cap * tanh(x[i] / cap) (y may alias x), and its backward
+  // dx[i] = dy[i] * (1 - tanh^2(x[i] / cap)) (dx may alias dy).
+  void (*soft_cap_f32)(const float* x, float* y, float cap, int64_t n);
+  void (*soft_cap_bf16)(const uint16_t* x, uint16_t* y, float cap, int64_t n);
+  void (*soft_cap_bwd_f32)(const float* x, const float* dy, float* dx, float cap, int64_t n);
+  void (*soft_cap_bwd_bf16)(const uint16_t* x, const uint16_t* dy, uint16_t* dx, float cap, int64_t n);
 };
 }  // namespace tessera::backends

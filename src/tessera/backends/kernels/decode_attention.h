@@ -19,6 +19,7 @@ struct DecodeAttentionProblem {
   const int32_t* slot;    // [rows]: the cache row of each query
   const int32_t* length;  // [rows]: keys 0 .. length-1 exist; the query sits at length - 1
   const float* sinks;     // [H]: one more logit per query head with a zero value; nullptr: none
+  float soft_cap = 0;     // s = soft_cap * tanh(s / soft_cap) (Gemma 2); 0: off
 };
 
 struct DecodeAttentionKernels {

@@ -20,6 +20,7 @@ struct NormFwdArgs {
   float* mean;
   float* rstd;
   int64_t rows, cols;
+  float gamma_offset = 0;  // RMSNorm scales by gamma + gamma_offset (Gemma's 1 + w); LayerNorm: 0
 };
 
 // dx: [rows, cols] overwritten; dgamma, dbeta: [cols] accumulated (+=), dbeta may be null.
@@ -34,6 +35,7 @@ struct NormBwdArgs {
   float* dgamma;
   float* dbeta;
   int64_t rows, cols;
+  float gamma_offset = 0;  // as NormFwdArgs (dgamma is unchanged: d(gamma + c) / dgamma = 1)
 };
 
 struct NormKernels {
