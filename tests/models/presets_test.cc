@@ -36,6 +36,9 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       // Brown et al. 2020, table 2.1 (rounded to two digits there).
       {"gpt3-6b", 6.7e9, 0.01},
       {"gpt3-175b", 175.0e9, 0.005},
+      // MaxText's gpt3-52k smoke-test shape and gpt3-22b, counted from their shapes.
+      {"gpt3-52k", 52'464, 0},
+      {"gpt3-22b", 22'068'768'768, 0},
       // Qwen's model cards (two or three digits, truncated: within one unit of the last one).
       {"qwen2.5-1.5b", 1.54e9, 0.01 / 1.54},
       {"qwen2.5-7b", 7.61e9, 0.01 / 7.61},
@@ -72,6 +75,28 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
     const double n = static_cast<double>(params_of(p.model_name));
     EXPECT_LE(std::abs(n - p.published), p.tolerance * p.published) << n;
   }
+}
+
+// normalize_embedding_logits (MaxText's key) divides the tied logits by sqrt(E) in one scale op
+// named decoder.logits; with an untied output it would do nothing, so it is refused.
+TEST(Presets, NormalizeEmbeddingLogitsScalesTheTiedLogits) {
+  auto spec = [](std::vector<std::string> o) {
+    o.insert(o.end(), {"model_name=gpt2-test", "run_name=presets", "override_model_config=true",
+                       "max_target_length=16"});
+    return models::model_spec_from_config(
+        load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+  };
+  const models::ModelSpec s = spec({"normalize_embedding_logits=true"});
+  graph::Graph g;
+  models::build_decoder(g, s);
+  int found = 0;
+  for (const graph::Node& n : g.nodes())
+    if (n.op == graph::OpKind::kScale && n.name == "decoder.logits") {
+      EXPECT_FLOAT_EQ(n.attr<graph::ScalarAttrs>().value, round_to_bf16(1.0f / std::sqrt(float(s.emb_dim))));
+      ++found;
+    }
+  EXPECT_EQ(found, 1);
+  EXPECT_THROW(spec({"normalize_embedding_logits=true", "logits_via_embedding=false"}), Error);
 }
 
 TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {

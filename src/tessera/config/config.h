@@ -115,6 +115,7 @@ struct Config {
   std::vector<std::string> mlp_activations;
   double normalization_layer_epsilon;
   bool logits_via_embedding;
+  bool normalize_embedding_logits;
   int64_t trainable_position_size;
   bool attention_bias;
   bool use_qk_norm;

@@ -134,6 +134,9 @@ void add_model_keys(std::vector<FieldSpec>& t) {
          "Epsilon of RMSNorm / LayerNorm.");
   g.boolean("logits_via_embedding", &Config::logits_via_embedding, "false",
             "Tie the output projection to the token embedding.");
+  g.boolean("normalize_embedding_logits", &Config::normalize_embedding_logits, "false",
+            "With logits_via_embedding: divide the logits by sqrt(emb_dim). MaxText's default is true; "
+            "Tessera's is false, as the checkpoints of every family here (GPT-2, Gemma, Qwen) compute them.");
   g.integer("trainable_position_size", &Config::trainable_position_size, "-1", at_least(-1),
             "Learned absolute position embeddings for this many positions (GPT-2/3); -1: none. Families "
             "that use RoPE refuse it.");

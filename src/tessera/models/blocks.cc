@@ -1,6 +1,8 @@
 // The shared blocks (blocks.h).
 #include "tessera/models/blocks.h"
 
+#include <cmath>
+
 #include "tessera/core/error.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/moe.h"
@@ -206,15 +208,22 @@ void Blocks::logits_and_loss(ValueId x) {
   TESSERA_ASSERT(embedding_ != graph::kNoValue);
   if (in_.logit_rows != graph::kNoValue)  // a prefill chunk: only its last row's logits are used
     x = g_.embedding(x, in_.logit_rows, s_.dtype, "decoder.logit_rows");  // [1, E]
-  // The logits are "decoder.logits"; with a soft cap, the product before it "decoder.logits_raw".
+  // The logits are "decoder.logits": the product, or the last of the ops after it (the tied
+  // logits divided by sqrt(E), the soft cap), the product then "decoder.logits_product".
+  const bool normalize = s_.logits_via_embedding && s_.normalize_embedding_logits;
   const bool capped = s_.final_logits_soft_cap > 0;
-  const std::string name = capped ? "decoder.logits_raw" : "decoder.logits";
   ValueId logits;
+  const std::string product_name = normalize || capped ? "decoder.logits_product" : "decoder.logits";
   if (s_.logits_via_embedding) {
-    logits = g_.matmul(x, w(embedding_), name, "", /*trans_b=*/true);  // [N, V]
+    logits = g_.matmul(x, w(embedding_), product_name, "", /*trans_b=*/true);  // [N, V]
   } else {
     ValueId wu = kernel("decoder.logits_dense.kernel", s_.emb_dim, s_.vocab_size, "embed", "vocab");
-    logits = product(x, wu, name, "");  // [N, V]
+    logits = product(x, wu, product_name, "");  // [N, V]
+  }
+  if (normalize) {
+    const auto f = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s_.emb_dim)));
+    logits = g_.scale(logits, s_.dtype == DType::kBF16 ? round_to_bf16(f) : f,
+                      capped ? "decoder.logits_normalized" : "decoder.logits");
   }
   if (capped) logits = g_.soft_cap(logits, static_cast<float>(s_.final_logits_soft_cap), "decoder.logits");
   if (s_.decoding()) return g_.add_output(logits);

@@ -23,6 +23,11 @@ ModelSpec model_spec_from_config(const Config& cfg) {
   s.vocab_size = cfg.vocab_size;
   s.norm_eps = cfg.normalization_layer_epsilon;
   s.logits_via_embedding = cfg.logits_via_embedding;
+  s.normalize_embedding_logits = cfg.normalize_embedding_logits;
+  if (s.normalize_embedding_logits && !s.logits_via_embedding)
+    fail(ErrorKind::kConfig,
+         "normalize_embedding_logits=true divides tied logits (logits_via_embedding=true); the output "
+         "projection here is untied");
   s.rope_theta = static_cast<double>(cfg.rope_max_timescale);
   s.rope_type = cfg.rope_type;
   s.yarn = {.factor = cfg.rope_factor,

@@ -30,6 +30,7 @@ struct ModelSpec {
   int64_t vocab_size = 0;          // V
   double norm_eps = 1e-5;
   bool logits_via_embedding = false;  // tied unembedding
+  bool normalize_embedding_logits = false;  // tied logits divided by sqrt(emb_dim)
   double rope_theta = 10000.0;
   std::string rope_type = "default";  // "default" | "llama3.1" | "yarn"
   ops::YarnRopeScaling yarn;          // rope_type "yarn"
