@@ -14,6 +14,8 @@ size_t dtype_size(DType t) {
       return 4;
     case DType::kI64:
       return 8;
+    case DType::kU8:
+      return 1;
   }
   TESSERA_ASSERT(false);
 }
@@ -28,6 +30,8 @@ std::string_view dtype_name(DType t) {
       return "int32";
     case DType::kI64:
       return "int64";
+    case DType::kU8:
+      return "uint8";
   }
   TESSERA_ASSERT(false);
 }
@@ -37,6 +41,7 @@ DType dtype_from_name(std::string_view name) {
   if (name == "bfloat16" || name == "bf16") return DType::kBF16;
   if (name == "int32") return DType::kI32;
   if (name == "int64") return DType::kI64;
+  if (name == "uint8") return DType::kU8;
   fail(ErrorKind::kConfig, "unknown dtype '{}': expected float32 or bfloat16", name);
 }
 

@@ -13,10 +13,12 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kBF16, kI32, kI64 };
+// kU8: raw bytes (packed MXFP4 blocks and their exponents in Hugging Face checkpoints); read from
+// safetensors files, never computed with.
+enum class DType : uint8_t { kF32, kBF16, kI32, kI64, kU8 };
 
 size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);          // "float32", "bfloat16", "int32", "int64"
+std::string_view dtype_name(DType t);          // "float32", "bfloat16", "int32", "int64", "uint8"
 DType dtype_from_name(std::string_view name);  // accepts the names above and "f32"/"bf16"; throws kConfig
 
 struct bf16 {

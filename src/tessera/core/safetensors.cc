@@ -27,6 +27,8 @@ const char* st_dtype_name(DType d) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -40,6 +42,8 @@ bool st_dtype(const std::string& s, DType* out) {
     *out = DType::kI32;
   else if (s == "I64")
     *out = DType::kI64;
+  else if (s == "U8")
+    *out = DType::kU8;
   else
     return false;
   return true;
@@ -104,8 +108,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) try : path_(path) {
     DType dt;
     if (!e.contains("dtype") || !e["dtype"].is_string() || !st_dtype(e["dtype"].get<std::string>(), &dt))
       fail(ErrorKind::kIo,
-           "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64)", path,
-           name);
+           "{}: tensor '{}' has an unsupported or missing dtype (Tessera reads F32, BF16, I32, I64, U8)",
+           path, name);
     if (!e.at("shape").is_array() || e["shape"].size() > static_cast<size_t>(kMaxDims))
       fail(ErrorKind::kIo, "{}: tensor '{}' has shape {}; expected a list of at most {} sizes", path, name,
            e["shape"].dump(), kMaxDims);

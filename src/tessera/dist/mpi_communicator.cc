@@ -76,6 +76,8 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT32_T;
     case DType::kI64:
       return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   fail(ErrorKind::kInternal, "no MPI type for dtype {}", static_cast<int>(t));
 }
@@ -150,6 +152,7 @@ void add_arrays(DType t, void* dst, const void* a, const void* b, size_t n, bool
     case DType::kI64:
       return add_arrays<int64_t>(dst, a, b, n, accumulate);
     case DType::kBF16:
+    case DType::kU8:
       break;
   }
   fail(ErrorKind::kInternal, "no sum for dtype {}", dtype_name(t));
