@@ -4,7 +4,7 @@
 //   convert_bench [--quick] [--dir DIR] [--threads N]
 //
 // 1. Layout kernels on one [F, E] = [5632, 2048] Linear weight (a ~1B Llama's MLP): the transpose
-//    of hf_to_tessera_tensor from float32 and from bfloat16, and of tessera_to_hf_tensor to
+//    of hf_piece_to_tessera from float32 and from bfloat16, and of tessera_to_hf_piece to
 //    bfloat16, against memcpy of the same float32 matrix. GB/s count each byte read and written
 //    once (memcpy: 2 x 4 bytes per element). Best of 5 after a warm-up.
 // 2. End to end on a llama-125m-shaped model (E 768, 12 layers, F 2048, V 32000: 134M parameters)
@@ -28,7 +28,7 @@
 
 #include "tessera/convert/hf_config.h"
 #include "tessera/convert/hf_convert.h"
-#include "tessera/convert/hf_llama.h"
+#include "tessera/convert/hf_tensors.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
@@ -72,9 +72,11 @@ void bench_kernels() {
   const Tensor dst(tessera.data(), Shape{kE, kF}, DType::kF32),
       out_bf16(hf_bf16.data(), Shape{kF, kE}, DType::kBF16);
   const double t_copy = best_of(5, [&] { std::memcpy(copy.data(), hf.data(), kN * 4); });
-  const double t_f32 = best_of(5, [&] { convert::hf_to_tessera_tensor(src, true, dst, "bench", "w"); });
-  const double t_bf16 = best_of(5, [&] { convert::hf_to_tessera_tensor(src_bf16, true, dst, "bench", "w"); });
-  const double t_out = best_of(5, [&] { convert::tessera_to_hf_tensor(dst, true, out_bf16); });
+  const convert::HfPiece linear{.tessera = "w", .transpose = true};  // a Linear weight
+  const double t_f32 = best_of(5, [&] { convert::hf_piece_to_tessera(src, linear, dst, "bench", "w"); });
+  const double t_bf16 =
+      best_of(5, [&] { convert::hf_piece_to_tessera(src_bf16, linear, dst, "bench", "w"); });
+  const double t_out = best_of(5, [&] { convert::tessera_to_hf_piece(dst, linear, out_bf16); });
   const double n = static_cast<double>(kN);
   std::printf("layout kernels, [%lld, %lld], %d threads (GB/s = bytes read + written / time)\n",
               static_cast<long long>(kF), static_cast<long long>(kE), omp_get_max_threads());
@@ -89,16 +91,13 @@ void bench_kernels() {
 }
 
 // A Hugging Face folder of a Llama in bfloat16 with deterministic weights.
-convert::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
-  convert::HfLlamaConfig c;
-  c.hidden_size = 768;
-  c.intermediate_size = 2048;
-  c.num_hidden_layers = quick ? 2 : 12;
-  c.num_attention_heads = c.num_key_value_heads = 12;
-  c.head_dim = 64;
-  c.vocab_size = quick ? 4096 : 32000;
-  c.rms_norm_eps = 1e-5;
+void write_hf_model(const fs::path& dir, bool quick) {
+  struct {
+    int64_t hidden_size = 768, intermediate_size = 2048, num_hidden_layers, num_attention_heads = 12,
+            num_key_value_heads = 12, head_dim = 64, vocab_size;
+  } c{.num_hidden_layers = quick ? 2 : 12, .vocab_size = quick ? 4096 : 32000};
   models::ModelSpec spec;
+  spec.batch = spec.seq = 1;
   spec.emb_dim = c.hidden_size;
   spec.mlp_dim = c.intermediate_size;
   spec.num_decoder_layers = c.num_hidden_layers;
@@ -110,7 +109,7 @@ convert::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
   std::vector<std::vector<uint16_t>> storage;
   std::vector<NamedTensor> tensors;
   uint32_t seed = 0;
-  for (const convert::HfName& m : convert::llama_hf_names(spec)) {
+  for (const convert::HfName& m : convert::hf_names(spec)) {
     Shape s{E};
     if (m.hf.ends_with("embed_tokens.weight"))
       s = Shape{c.vocab_size, E};
@@ -133,8 +132,20 @@ convert::HfLlamaConfig write_hf_model(const fs::path& dir, bool quick) {
   }
   fs::create_directories(dir);
   write_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_file_atomically(dir / "config.json", convert::hf_config_json(c, "bfloat16", nullptr, 2048).dump(2));
-  return c;
+  const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                                 {"model_type", "llama"},
+                                 {"hidden_size", c.hidden_size},
+                                 {"intermediate_size", c.intermediate_size},
+                                 {"num_hidden_layers", c.num_hidden_layers},
+                                 {"num_attention_heads", c.num_attention_heads},
+                                 {"num_key_value_heads", c.num_key_value_heads},
+                                 {"head_dim", c.head_dim},
+                                 {"vocab_size", c.vocab_size},
+                                 {"rms_norm_eps", 1e-5},
+                                 {"rope_theta", 10000.0},
+                                 {"max_position_embeddings", 2048},
+                                 {"torch_dtype", "bfloat16"}};
+  write_file_atomically(dir / "config.json", config.dump(2));
 }
 
 // write_safetensors of `bytes` bytes from memory (one tensor), fsync included: the I/O floor.

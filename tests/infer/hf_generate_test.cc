@@ -1,7 +1,7 @@
 // Greedy decoding against Hugging Face transformers' generate(): two tiny random Llama models
 // (tools/make_decode_golden.py: GQA with untied embeddings and default RoPE; GQA with tied
 // embeddings and Llama 3.1 RoPE scaling) saved with save_pretrained, read here through the
-// Hugging Face name map (convert/hf_llama.h). The three prompts run together through three slots
+// Hugging Face name map (convert/hf_tensors.h). The three prompts run together through three slots
 // of one engine (generate() ran them one at a time); every prompt's greedy ids, EOS stop
 // included, must equal generate()'s. The golden file keeps every greedy choice at least 1e-3
 // ahead of the runner-up, so float32 rounding cannot flip one. Each step's logits are also
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tessera/convert/hf_llama.h"
+#include "tessera/convert/hf_tensors.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/infer/generate.h"
 #include "tessera/infer/llama_engine.h"
@@ -63,7 +63,7 @@ struct HfModel {
   // Hugging Face's tensors under Tessera's names, Linear weights transposed back to [in, out].
   infer::ParameterSource source() {
     std::map<std::string, Tensor> by_name;
-    for (const convert::HfName& n : convert::llama_hf_names(spec)) {
+    for (const convert::HfName& n : convert::hf_names(spec)) {
       const Tensor t = weights.get(n.hf);
       const std::vector<double> values = testing::to_vector(t);
       std::vector<float>& b = buffers.emplace_back(values.begin(), values.end());

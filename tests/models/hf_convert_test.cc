@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -30,7 +31,7 @@
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/config/config.h"
 #include "tessera/convert/hf_config.h"
-#include "tessera/convert/hf_llama.h"
+#include "tessera/convert/hf_tensors.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
@@ -106,12 +107,7 @@ std::vector<double> tessera_logits(Config cfg, const fs::path& checkpoint, const
   graph::Graph g;
   const models::DecoderInputs in = models::build_decoder(g, spec);
   graph::Plan plan(std::move(g), graph::PlanOptions{.remat_policy = "none"});
-  ops::RopeConfig rc;
-  rc.max_timescale = spec.rope_theta;
-  rc.head_dim = spec.head_dim;
-  rc.max_positions = T;
-  if (spec.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
-  graph::Executor exec(plan, std::make_unique<ops::RopeTable>(rc));
+  graph::Executor exec(plan, std::make_unique<ops::RopeTable>(models::rope_config(spec, T)));
   checkpoint::restore_checkpoint(plan, checkpoint, checkpoint::RestoreKind::kParams);
   auto* tok = plan.view(in.tokens).ptr<int32_t>();
   auto* tgt = plan.view(in.targets).ptr<int32_t>();
@@ -177,7 +173,9 @@ TEST_P(Import, TesseraGivesTransformersLogits) {
   EXPECT_TRUE(testing::all_close(got, g.logits(), kRtol, kAtol));
 }
 
-INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::Values("llama_gqa", "llama_tied", "mistral_swa"));
+const char* const kGoldens[] = {"llama_gqa", "llama_tied", "mistral_swa"};
+
+INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::ValuesIn(kGoldens));
 
 TEST(Import, ModelYamlHoldsEachFamilysKeys) {
   TempDir tmp;
@@ -211,19 +209,20 @@ TEST(Import, ModelYamlHoldsEachFamilysKeys) {
 // HF -> Tessera -> HF gives the original tensors, bit for bit, and an equivalent config.json.
 TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
   TempDir tmp;
-  for (const char* name : {"llama_gqa", "llama_tied", "mistral_swa"}) {
+  for (const char* name : kGoldens) {
     SCOPED_TRACE(name);
     const fs::path t = tmp / (std::string(name) + "_t"), h = tmp / (std::string(name) + "_h");
     to_tessera(kGolden / name, t);
     // No config given: the manifest's; no dtype: model.yml's, which came from config.json.
-    const convert::ConvertReport r = to_hf(t, h);
+    const convert::ConvertReport r =
+        to_hf(t, h, [](convert::TesseraToHfOptions& o) { o.max_shard_bytes = 1u << 30; });
     EXPECT_EQ(r.files, (std::vector<std::string>{"model.safetensors", "config.json"}));
     expect_same_tensors(kGolden / name, h);
     const json a = convert::read_json_file((kGolden / name / "config.json").string());
     const json b = convert::read_json_file((h / "config.json").string());
     EXPECT_EQ(convert::parse_hf_config(a, "a"), convert::parse_hf_config(b, "b"));
     for (const char* key : {"max_position_embeddings", "bos_token_id", "eos_token_id", "initializer_range"})
-      EXPECT_EQ(a[key], b[key]) << key;
+      EXPECT_EQ(a.value(key, json()), b.value(key, json())) << key;
     const std::string dtype = a.contains("torch_dtype") ? a["torch_dtype"] : a["dtype"];
     EXPECT_EQ(b["torch_dtype"], dtype);
   }
@@ -273,6 +272,15 @@ TEST(Export, ShardsBeyondMaxShardSizeWithAnIndex) {
   EXPECT_EQ(read_file(tmp / "t" / "params.safetensors"), read_file(tmp / "t2" / "params.safetensors"));
 }
 
+// hf_piece_to_tessera / tessera_to_hf_piece of a whole tensor, transposed or not.
+void hf_to_tessera_tensor(const Tensor& src, bool transpose, const Tensor& dst, const std::string& file,
+                          const std::string& name) {
+  convert::hf_piece_to_tessera(src, {.tessera = name, .transpose = transpose}, dst, file, name);
+}
+void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst) {
+  convert::tessera_to_hf_piece(src, {.tessera = "w", .transpose = transpose}, dst);
+}
+
 // The layout conversions against a direct loop, on sizes that leave partial 64 x 64 tiles.
 TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
   for (const auto& [rows, cols] :
@@ -282,32 +290,71 @@ TEST(LayoutKernels, TransposeWidenAndRoundOnAwkwardSizes) {
     const std::vector<double> v = testing::fill_uniform(hf, 3), vb = testing::fill_uniform(hf_bf16, 4);
     testing::OwnedTensor t(Shape{cols, rows}, DType::kF32), plain(Shape{rows, cols}, DType::kF32);
     // Import: [out, in] -> [in, out], from float32 and from bfloat16 (exact).
-    convert::hf_to_tessera_tensor(hf, true, t, "f", "w");
+    hf_to_tessera_tensor(hf, true, t, "f", "w");
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], v[r * cols + c]);
-    convert::hf_to_tessera_tensor(hf_bf16, true, t, "f", "w");
+    hf_to_tessera_tensor(hf_bf16, true, t, "f", "w");
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t.t.ptr<float>()[c * rows + r], vb[r * cols + c]);
-    convert::hf_to_tessera_tensor(hf_bf16, false, plain, "f", "w");
+    hf_to_tessera_tensor(hf_bf16, false, plain, "f", "w");
     EXPECT_EQ(testing::to_vector(plain), vb);
     // Export: back to [out, in] in float32 (exact) and bfloat16 (nearest even).
     testing::OwnedTensor back(Shape{rows, cols}, DType::kF32), back_bf16(Shape{rows, cols}, DType::kBF16);
-    convert::hf_to_tessera_tensor(hf, true, t, "f", "w");
-    convert::tessera_to_hf_tensor(t, true, back);
+    hf_to_tessera_tensor(hf, true, t, "f", "w");
+    tessera_to_hf_tensor(t, true, back);
     EXPECT_EQ(testing::to_vector(back), v);
-    convert::tessera_to_hf_tensor(t, true, back_bf16);
+    tessera_to_hf_tensor(t, true, back_bf16);
     for (int64_t i = 0; i < rows * cols; ++i)
       ASSERT_EQ(back_bf16.t.ptr<uint16_t>()[i], f32_to_bf16(static_cast<float>(v[i])));
   }
   // Shape and dtype errors name the file and the tensor.
   testing::OwnedTensor a(Shape{3, 4}, DType::kF32), b(Shape{3, 4}, DType::kF32),
       i32(Shape{4, 3}, DType::kI32);
-  EXPECT_TRUE(has(
-      error_of([&] { convert::hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
-      "x.safetensors: tensor 'w' has shape [3, 4], but the model needs [4, 3]"));
-  EXPECT_TRUE(has(error_of([&] { convert::hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); },
-                           ErrorKind::kConfig),
-                  "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
+  EXPECT_TRUE(
+      has(error_of([&] { hf_to_tessera_tensor(a, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+          "x.safetensors: tensor 'w' has shape [3, 4], but the model needs [4, 3]"));
+  EXPECT_TRUE(
+      has(error_of([&] { hf_to_tessera_tensor(i32, true, b, "x.safetensors", "w"); }, ErrorKind::kConfig),
+          "tensor 'w' is int32; Tessera reads float32 or bfloat16"));
+}
+
+// A part of a fused tensor: block `index` of `count` or every count-th entry of Hugging Face's last
+// axis, with and without a transpose of the last two axes, over a leading (expert) axis; export
+// writes exactly the part back.
+TEST(LayoutKernels, BlocksAndInterleavedPartsOfFusedTensors) {
+  constexpr int64_t X = 3, R = 70, C = 5, n = 3;  // HF [X, R, n*C] (or [X, n*C, R]... see below)
+  for (const convert::HfSplit split : {convert::HfSplit::kBlock, convert::HfSplit::kInterleaved})
+    for (const bool transpose : {false, true})
+      for (int index = 0; index < n; ++index) {
+        SCOPED_TRACE(
+            fmt::format("split {} transpose {} index {}", static_cast<int>(split), transpose, index));
+        // HF shape [X, A, n*B]; the part is [X, A, B], Tessera's [X, A, B] or transposed [X, B, A].
+        const int64_t A = transpose ? C : R, Bp = transpose ? R : C;
+        testing::OwnedTensor hf(Shape{X, A, n * Bp}, DType::kF32);
+        const std::vector<double> v = testing::fill_uniform(hf, 5);
+        const Shape ts = transpose ? Shape{X, Bp, A} : Shape{X, A, Bp};
+        testing::OwnedTensor t(ts, DType::kF32);
+        const convert::HfPiece p{
+            .tessera = "w", .transpose = transpose, .split = split, .index = index, .count = n};
+        convert::hf_piece_to_tessera(hf, p, t, "f", "w");
+        auto hf_at = [&](int64_t x, int64_t a, int64_t b) {  // the part's (x, a, b) in HF's tensor
+          const int64_t col = split == convert::HfSplit::kBlock ? index * Bp + b : b * n + index;
+          return (x * A + a) * (n * Bp) + col;
+        };
+        for (int64_t x = 0; x < X; ++x)
+          for (int64_t a = 0; a < A; ++a)
+            for (int64_t b = 0; b < Bp; ++b) {
+              const int64_t ti = transpose ? (x * Bp + b) * A + a : (x * A + a) * Bp + b;
+              ASSERT_EQ(t.t.ptr<float>()[ti], v[static_cast<size_t>(hf_at(x, a, b))]);
+            }
+        testing::OwnedTensor back(Shape{X, A, n * Bp}, DType::kF32);
+        std::fill(back.t.ptr<float>(), back.t.ptr<float>() + back.t.numel(), -7.0f);
+        convert::tessera_to_hf_piece(t, p, back);
+        for (int64_t i = 0; i < back.t.numel(); ++i) {
+          const float got = back.t.ptr<float>()[i];
+          ASSERT_TRUE(got == -7.0f || got == static_cast<float>(v[static_cast<size_t>(i)])) << i;
+        }
+      }
 }
 
 TEST(ByteSize, ReadsTransformersUnits) {
@@ -498,7 +545,7 @@ TEST(ExportErrors, ConfigOfAnotherModelOrUnexpressibleIsRefused) {
         });
       },
       ErrorKind::kConfig);
-  EXPECT_TRUE(has(e, "decoder_block=mistral has one")) << e;
+  EXPECT_TRUE(has(e, "transformers' LlamaForCausalLM has no sliding window")) << e;
   e = error_of([&] { to_hf(tmp / "t" / "params.safetensors", tmp / "h"); }, ErrorKind::kConfig);
   EXPECT_TRUE(has(e, "a bare parameter file carries no config")) << e;
   // With --config it converts.

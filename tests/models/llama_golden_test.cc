@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
-#include "tessera/convert/hf_llama.h"
+#include "tessera/convert/hf_tensors.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
@@ -68,7 +68,7 @@ struct Model {
     ops::RopeConfig rc{
         .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
-    convert::load_hf_llama(*plan, spec, g.file, "param.");
+    convert::load_hf_parameters(*plan, spec, g.file, "param.");
     testing::feed_golden_batch(*plan, in, spec, g.file);
   }
 
@@ -99,7 +99,7 @@ TEST(LlamaGolden, Float32LogitsLossAndGradients) {
 
   m.exec->zero_grads();
   m.exec->forward_backward();
-  for (const auto& n : convert::llama_hf_names(m.spec)) {
+  for (const auto& n : convert::hf_names(m.spec)) {
     SCOPED_TRACE(n.hf);
     const Tensor& grad = m.plan->view(m.plan->graph().value(m.find(n.tessera)).grad);
     EXPECT_TRUE(testing::all_close(hf_layout(grad, n.transpose),
@@ -123,7 +123,7 @@ TEST(LlamaGolden, Float32ThreeAdamWSteps) {
     step.adamw.step = k;
     m.exec->apply_optimizer(step);
   }
-  for (const auto& n : convert::llama_hf_names(m.spec)) {
+  for (const auto& n : convert::hf_names(m.spec)) {
     SCOPED_TRACE(n.hf);
     EXPECT_TRUE(testing::all_close(hf_layout(m.plan->view(m.find(n.tessera)), n.transpose),
                                    testing::to_vector(g.file.get("step3." + n.hf)), 0, 1e-4));
@@ -151,7 +151,7 @@ TEST(LlamaGolden, RematPoliciesGiveIdenticalGradients) {
     Model m(g, DType::kF32, policy);
     m.exec->zero_grads();
     m.exec->forward_backward();
-    for (const auto& n : convert::llama_hf_names(m.spec)) {
+    for (const auto& n : convert::hf_names(m.spec)) {
       const Tensor& a = m.plan->view(m.plan->graph().value(m.find(n.tessera)).grad);
       const Tensor& b = ref.plan->view(ref.plan->graph().value(ref.find(n.tessera)).grad);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n.tessera;

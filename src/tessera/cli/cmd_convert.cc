@@ -14,7 +14,8 @@ namespace tessera::cli {
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& a) {
   CLI::App* sub = app.add_subcommand(
       "convert",
-      "Convert Llama/Mistral checkpoints between Hugging Face safetensors and Tessera checkpoints.");
+      "Convert checkpoints (Llama, Mistral, Qwen, GPT-2, Mixtral, GPT-OSS) between Hugging Face safetensors "
+      "and Tessera checkpoints.");
   const auto sides = CLI::IsMember({"hf", "tessera"});
   sub->add_option("--from", a.from, "layout of SOURCE: hf or tessera")->required()->check(sides);
   sub->add_option("--to", a.to, "layout to write: tessera or hf")->required()->check(sides);
@@ -73,7 +74,7 @@ int convert(const ConvertArgs& a, std::ostream& out) {
     const convert::ConvertReport r =
         convert::convert_hf_to_tessera({.hf_dir = a.source, .out_dir = a.out_dir, .dtype = a.dtype});
     fmt::print(out, "tessera convert: Hugging Face {} ({}) -> Tessera checkpoint\n", a.source,
-               r.model.model_type);
+               r.model.model_type());
     print_report(r, out);
     fmt::print(
         out,
@@ -90,7 +91,7 @@ int convert(const ConvertArgs& a, std::ostream& out) {
   if (!a.max_shard_size.empty()) o.max_shard_bytes = convert::parse_byte_size(a.max_shard_size);
   const convert::ConvertReport r = convert::convert_tessera_to_hf(o);
   fmt::print(out, "tessera convert: Tessera checkpoint {} -> Hugging Face ({}, {})\n", a.source,
-             r.model.model_type, r.dtype);
+             r.model.model_type(), r.dtype);
   print_report(r, out);
   return kExitOk;
 }

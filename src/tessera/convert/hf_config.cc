@@ -1,12 +1,14 @@
 #include "tessera/convert/hf_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <string_view>
 
+#include "tessera/config/schema.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 
@@ -19,13 +21,14 @@ using nlohmann::json;
 // Llama 3.1's context (its config.json's max_position_embeddings): 16 x the original 8192.
 constexpr int64_t kLlama31Context = 131072;
 
-// Fields that neither change the weights nor the forward pass: generic PretrainedConfig
-// attributes (generation defaults of transformers 4 included), token ids, sizes used for caches.
+// Fields that neither change the weights nor the forward pass, in every family: generic
+// PretrainedConfig attributes (generation defaults of transformers 4 included), token ids, sizes
+// used for caches.
 constexpr std::string_view kHarmlessFields =
     "_name_or_path _commit_hash _attn_implementation _attn_implementation_autoset "
     "transformers_version architectures model_type dtype torch_dtype use_bfloat16 bos_token_id "
     "eos_token_id pad_token_id sep_token_id decoder_start_token_id max_position_embeddings "
-    "initializer_range use_cache pretraining_tp tokenizer_class return_dict output_hidden_states "
+    "initializer_range use_cache tokenizer_class return_dict output_hidden_states "
     "output_attentions torchscript tf_legacy_loss chunk_size_feed_forward id2label label2id "
     "num_labels problem_type finetuning_task prefix task_specific_params max_length min_length "
     "do_sample early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p "
@@ -35,21 +38,26 @@ constexpr std::string_view kHarmlessFields =
     "exponential_decay_length_penalty suppress_tokens begin_suppress_tokens tie_encoder_decoder "
     "cross_attention_hidden_size";
 
-// The fields parse_hf_config reads; with kHarmlessFields, everything a config may hold.
-constexpr std::string_view kModelFields =
-    "hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
-    "head_dim vocab_size rms_norm_eps rope_theta rope_scaling rope_parameters tie_word_embeddings "
-    "sliding_window hidden_act attention_bias mlp_bias attention_dropout is_encoder_decoder "
-    "is_decoder add_cross_attention pruned_heads quantization_config";
+// Generic fields that must keep the value Tessera builds (false, 0, empty) when present.
+constexpr std::pair<const char*, const char*> kOffFields[] = {
+    {"is_encoder_decoder", "not supported: Tessera converts decoder-only models"},
+    {"is_decoder", "not supported here (a decoder of an encoder-decoder model)"},
+    {"add_cross_attention", "not supported: Tessera's decoders have no cross-attention"},
+    {"pruned_heads", "not supported: Tessera's attention has no pruned heads"},
+};
+
+// Fields copied from the source config.json on export (those Tessera does not model).
+constexpr std::string_view kCopiedFields =
+    "max_position_embeddings initializer_range bos_token_id eos_token_id pad_token_id use_cache";
+
+std::vector<std::string_view> words(std::string_view list) {
+  return hf_words(list);
+}
 
 // Whether the space-separated `list` holds `key`.
 bool listed(std::string_view list, std::string_view key) {
-  for (size_t pos = 0; pos < list.size();) {
-    const size_t end = std::min(list.find(' ', pos), list.size());
-    if (list.substr(pos, end - pos) == key) return true;
-    pos = end + 1;
-  }
-  return false;
+  const std::vector<std::string_view> w = words(list);
+  return std::find(w.begin(), w.end(), key) != w.end();
 }
 
 // Reads config.json fields with errors that name the file and the field.
@@ -57,32 +65,16 @@ struct Reader {
   const json& j;
   const std::string& path;
 
-  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
-
-  [[noreturn]] void refuse(const char* key, const std::string& why) const {
-    fail(ErrorKind::kConfig, "{}: \"{}\": {} is {}", path, key, j.contains(key) ? j[key].dump() : "absent",
-         why);
+  bool has(std::string_view key) const {
+    const std::string k(key);
+    return j.contains(k) && !j[k].is_null();
   }
 
-  int64_t integer(const char* key, int64_t fallback = -1) const {
-    if (!has(key)) {
-      if (fallback >= 0) return fallback;
-      refuse(key, "required (a positive integer)");
-    }
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() < 1) refuse(key, "not a positive integer");
-    return j[key].get<int64_t>();
+  [[noreturn]] void refuse(std::string_view key, const std::string& why) const {
+    const std::string k(key);
+    fail(ErrorKind::kConfig, "{}: \"{}\": {} is {}", path, k, j.contains(k) ? j[k].dump() : "absent", why);
   }
-  double real(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_number()) refuse(key, "not a number");
-    return j[key].get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_boolean()) refuse(key, "not true or false");
-    return j[key].get<bool>();
-  }
-  // A field that must keep the value Tessera builds (false, 0, empty) when present.
+
   void must_be_off(const char* key, const std::string& why) const {
     if (!has(key)) return;
     const json& v = j[key];
@@ -92,8 +84,61 @@ struct Reader {
   }
 };
 
-// rope_theta and the scaling, from either layout (see hf_config.h).
-void parse_rope(const Reader& r, HfLlamaConfig& c) {
+// A field's value checked for its type; `where` is what refuse() names.
+json typed(const Reader& r, std::string_view where, const json& v, HfValue type) {
+  switch (type) {
+    case HfValue::kCount:
+      if (!v.is_number_integer() || v.get<int64_t>() < 1) r.refuse(where, "not a positive integer");
+      return v.get<int64_t>();
+    case HfValue::kReal:
+      if (!v.is_number()) r.refuse(where, "not a number");
+      return v.get<double>();
+    case HfValue::kBool:
+      if (!v.is_boolean()) r.refuse(where, "not true or false");
+      return v;
+  }
+  TESSERA_ASSERT(false);
+}
+
+// transformers' default of `f` (hf_family.h's fallback text) from the fields resolved so far.
+json fallback_of(const Reader& r, const HfField& f, const json& resolved) {
+  const std::string_view fb = f.fallback;
+  if (fb.empty()) r.refuse(f.hf, "required (a positive integer)");
+  auto field = [&](std::string_view ref) -> int64_t {
+    TESSERA_ASSERT(ref.starts_with("@") && resolved.contains(std::string(ref.substr(1))));
+    return resolved[std::string(ref.substr(1))].get<int64_t>();
+  };
+  if (const size_t slash = fb.find('/'); slash != std::string_view::npos) {
+    const std::string_view a = fb.substr(0, slash), b = fb.substr(slash + 1);
+    if (field(a) % field(b) != 0)
+      r.refuse(f.hf, fmt::format("needed: {} {} is not a multiple of {} {}", a.substr(1), field(a),
+                                 b.substr(1), field(b)));
+    return field(a) / field(b);
+  }
+  if (const size_t star = fb.find("*@"); star != std::string_view::npos)
+    return std::stoll(std::string(fb.substr(0, star))) * field(fb.substr(star + 1));
+  if (fb.starts_with("@")) return field(fb);
+  return json::parse(fb);
+}
+
+// The table's fields, resolved.
+void parse_fields(const Reader& r, const HfFamily& fam, json& out) {
+  for (const HfField& f : fam.fields) {
+    const std::string key(f.hf);
+    if (f.derived) {
+      out[key] = fallback_of(r, f, out);
+      if (r.has(key) && r.j[key] != out[key])
+        r.refuse(key, fmt::format("not supported: transformers' {} computes it ({})", fam.architecture,
+                                  out[key].dump()));
+      continue;
+    }
+    out[key] = r.has(key) ? typed(r, key, r.j[key], f.type) : typed(r, key, fallback_of(r, f, out), f.type);
+  }
+}
+
+// rope_theta and the scaling, from either layout (hf_config.h), as fields "rope_theta" and
+// "rope_scaling" (null, or the scaling's canonical object).
+void parse_rope(const Reader& r, const HfFamily& fam, json& out) {
   const json& j = r.j;
   if (r.has("rope_parameters") && r.has("rope_scaling"))
     r.refuse("rope_scaling",
@@ -102,25 +147,39 @@ void parse_rope(const Reader& r, HfLlamaConfig& c) {
   const char* where = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   json rope = r.has(where) ? j[where] : json::object();
   if (!rope.is_object()) r.refuse(where, "not an object");
+  double theta = fam.default_rope_theta;
   if (rope.contains("rope_theta")) {
     if (!rope["rope_theta"].is_number()) r.refuse(where, "not valid: its rope_theta is not a number");
-    c.rope_theta = rope["rope_theta"].get<double>();
-    if (r.has("rope_theta") && r.real("rope_theta", 0) != c.rope_theta)
-      r.refuse("rope_theta", fmt::format("not the rope_theta of {} ({})", where, c.rope_theta));
-  } else {
-    c.rope_theta = r.real("rope_theta", 10000.0);
+    theta = rope["rope_theta"].get<double>();
+    if (r.has("rope_theta") && typed(r, "rope_theta", j["rope_theta"], HfValue::kReal).get<double>() != theta)
+      r.refuse("rope_theta", fmt::format("not the rope_theta of {} ({})", where, theta));
+  } else if (r.has("rope_theta")) {
+    theta = typed(r, "rope_theta", j["rope_theta"], HfValue::kReal).get<double>();
   }
-  if (!(c.rope_theta > 1) || std::floor(c.rope_theta) != c.rope_theta || c.rope_theta > 1e15)
+  if (!(theta > 1) || std::floor(theta) != theta || theta > 1e15)
     r.refuse(r.has("rope_theta") ? "rope_theta" : where,
              "not supported: Tessera's rope_max_timescale is a whole number > 1");
+  out["rope_theta"] = theta;
   // transformers 4 named the kind "type", later "rope_type".
   const char* kind_key = rope.contains("rope_type") ? "rope_type" : rope.contains("type") ? "type" : nullptr;
   if (kind_key && !rope[kind_key].is_string())
     r.refuse(where, fmt::format("not valid: its {} is not a string", kind_key));
   const std::string kind = kind_key ? rope[kind_key].get<std::string>() : "default";
+  if (!listed(fam.rope_types, kind))
+    r.refuse(where, fmt::format("not supported: rope type '{}'; Tessera converts {} with rope types [{}]",
+                                kind, fam.model_type, fmt::join(words(fam.rope_types), ", ")));
   std::set<std::string> allowed = {"rope_type", "type", "rope_theta"};
+  auto number = [&](const char* key, std::optional<double> fallback) {
+    allowed.insert(key);
+    if (!rope.contains(key) || rope[key].is_null()) {
+      if (!fallback) r.refuse(where, fmt::format("not supported: its {} is absent", key));
+      return *fallback;
+    }
+    if (!rope[key].is_number()) r.refuse(where, fmt::format("not valid: its {} is not a number", key));
+    return rope[key].get<double>();
+  };
+  out["rope_scaling"] = nullptr;
   if (kind == "llama3") {
-    c.llama3_rope_scaling = true;
     const std::pair<const char*, double> want[] = {
         {"factor", kLlama3RopeFactor},
         {"low_freq_factor", kLlama3LowFreqFactor},
@@ -135,11 +194,26 @@ void parse_rope(const Reader& r, HfLlamaConfig& c) {
                              "original_max_position_embeddings 8192)",
                              key, rope.contains(key) ? rope[key].dump() : "absent", key, value));
     }
-  } else if (kind != "default") {
-    r.refuse(where,
-             fmt::format("not supported: rope type '{}'; Tessera converts default RoPE and Llama 3.1's "
-                         "scaling (rope_type llama3)",
-                         kind));
+    out["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", kLlama3RopeFactor},
+                           {"low_freq_factor", kLlama3LowFreqFactor},
+                           {"high_freq_factor", kLlama3HighFreqFactor},
+                           {"original_max_position_embeddings", kLlama3OriginalContext}};
+  } else if (kind == "yarn") {
+    const double factor = number("factor", std::nullopt);
+    if (!(factor >= 1)) r.refuse(where, "not supported: its factor is below 1");
+    const double original = number("original_max_position_embeddings", std::nullopt);
+    if (original < 1 || std::floor(original) != original)
+      r.refuse(where, "not valid: its original_max_position_embeddings is not a positive integer");
+    allowed.insert("truncate");
+    if (rope.contains("truncate") && !rope["truncate"].is_boolean())
+      r.refuse(where, "not valid: its truncate is not true or false");
+    out["rope_scaling"] = {{"rope_type", "yarn"},
+                           {"factor", factor},
+                           {"beta_fast", number("beta_fast", 32.0)},
+                           {"beta_slow", number("beta_slow", 1.0)},
+                           {"original_max_position_embeddings", static_cast<int64_t>(original)},
+                           {"truncate", rope.value("truncate", true)}};
   }
   for (const auto& [key, value] : rope.items())
     if (!allowed.count(key))
@@ -147,7 +221,97 @@ void parse_rope(const Reader& r, HfLlamaConfig& c) {
                                   key, kind));
 }
 
+// The window fields (hf_config.h): "sliding_window" (kOptional: int or null; kAlternating: int)
+// and "layer_types" (kAlternating).
+void parse_window(const Reader& r, const HfFamily& fam, json& out) {
+  const json& j = r.j;
+  const int64_t layers = out.value("num_hidden_layers", out.value("n_layer", int64_t{0}));
+  json alternating = json::array();
+  for (int64_t l = 0; l < layers; ++l)
+    alternating.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  switch (fam.window) {
+    case HfWindow::kNone:
+      if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
+          !listed(fam.harmless, "sliding_window"))
+        r.refuse("sliding_window",
+                 fmt::format("not supported for model_type {} (transformers' {} has no window)",
+                             fam.model_type, fam.architecture));
+      if (r.has("layer_types"))
+        for (const json& t : j["layer_types"])
+          if (t != "full_attention")
+            r.refuse("layer_types",
+                     fmt::format("not supported: Tessera converts {} with full attention in every layer",
+                                 fam.model_type));
+      return;
+    case HfWindow::kOptional:
+      if (!j.contains("sliding_window"))
+        out["sliding_window"] = fam.default_window > 0 ? json(fam.default_window) : json(nullptr);
+      else if (j["sliding_window"].is_null())
+        out["sliding_window"] = nullptr;
+      else
+        out["sliding_window"] = typed(r, "sliding_window", j["sliding_window"], HfValue::kCount);
+      if (r.has("layer_types"))
+        r.refuse("layer_types", fmt::format("not supported for model_type {}", fam.model_type));
+      return;
+    case HfWindow::kAlternating:
+      out["sliding_window"] = r.has("sliding_window")
+                                  ? typed(r, "sliding_window", j["sliding_window"], HfValue::kCount)
+                                  : json(fam.default_window);
+      if (r.has("layer_types") && j["layer_types"] != alternating)
+        r.refuse("layer_types",
+                 fmt::format("not supported: Tessera's {} alternates sliding_attention (even layers) and "
+                             "full_attention (odd layers)",
+                             fam.model_type));
+      out["layer_types"] = alternating;
+      return;
+  }
+}
+
+// quantization_config: MXFP4 where the table allows it, nothing else.
+bool parse_quantization(const Reader& r, const HfFamily& fam) {
+  if (!r.has("quantization_config")) return false;
+  const json& q = r.j["quantization_config"];
+  if (!fam.mxfp4 || !q.is_object() || q.value("quant_method", "") != "mxfp4") {
+    std::vector<std::string_view> mxfp4;
+    for (const HfFamily* f : hf_families())
+      if (f->mxfp4) mxfp4.push_back(f->model_type);
+    r.refuse("quantization_config",
+             fmt::format("not supported (quantized weights; Tessera dequantises the MXFP4 experts of {})",
+                         fmt::join(mxfp4, ", ")));
+  }
+  return true;
+}
+
+// Every field of the config.json must be one Tessera knows for the family.
+void check_known(const Reader& r, const HfFamily& fam) {
+  std::set<std::string_view> known = {"quantization_config"};
+  for (const HfField& f : fam.fields) known.insert(f.hf);
+  for (const HfFixed& f : fam.fixed) known.insert(f.hf);
+  for (const auto& [key, why] : kOffFields) known.insert(key);
+  if (!fam.rope_types.empty()) known.insert({"rope_theta", "rope_scaling", "rope_parameters"});
+  if (fam.window != HfWindow::kNone) known.insert("sliding_window");
+  known.insert("layer_types");
+  for (const auto& [key, value] : r.j.items())
+    if (!known.count(key) && !listed(kHarmlessFields, key) && !listed(fam.harmless, key))
+      r.refuse(key, fmt::format("a field Tessera does not know for model_type {}; it may change the "
+                                "model, so the conversion stops",
+                                fam.model_type));
+}
+
+std::string yaml_number(const json& v) {
+  // {} prints the shortest decimal that reads back as the same double.
+  return v.is_number_integer() ? fmt::format("{}", v.get<int64_t>()) : fmt::format("{}", v.get<double>());
+}
+
 }  // namespace
+
+std::string HfModel::describe() const {
+  std::vector<std::string> parts;
+  for (const HfField& f : family->fields)
+    if (fields.contains(std::string(f.hf)))
+      parts.push_back(fmt::format("{} {}", f.hf, fields[std::string(f.hf)].dump()));
+  return fmt::format("model_type {}: {}", family->model_type, fmt::join(parts, ", "));
+}
 
 json read_json_file(const std::string& path) {
   const std::string text = read_file(path);
@@ -158,178 +322,234 @@ json read_json_file(const std::string& path) {
   }
 }
 
-HfLlamaConfig parse_hf_config(const json& j, const std::string& path) {
+HfModel parse_hf_config(const json& j, const std::string& path) {
   if (!j.is_object()) fail(ErrorKind::kIo, "{}: not a JSON object", path);
   const Reader r{j, path};
-  HfLlamaConfig c;
   if (!r.has("model_type") || !j["model_type"].is_string())
-    r.refuse("model_type", "required (a string; Tessera converts llama and mistral)");
-  c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "mistral")
-    r.refuse("model_type", "not converted by Tessera (supported: llama, mistral)");
-  const bool mistral = c.model_type == "mistral";
-  if (r.has("architectures")) {
-    const std::string want = mistral ? "MistralForCausalLM" : "LlamaForCausalLM";
-    if (!j["architectures"].is_array() || j["architectures"] != json::array({want}))
-      r.refuse("architectures",
-               fmt::format("not supported: Tessera converts [\"{}\"] for model_type {}", want, c.model_type));
+    r.refuse("model_type", fmt::format("required (a string; Tessera converts {})", hf_model_types()));
+  HfModel m;
+  m.family = hf_family_of_model_type(j["model_type"].get<std::string>());
+  if (!m.family)
+    r.refuse("model_type", fmt::format("not converted by Tessera (supported: {})", hf_model_types()));
+  const HfFamily& fam = *m.family;
+  if (r.has("architectures") &&
+      (!j["architectures"].is_array() || j["architectures"] != json::array({std::string(fam.architecture)})))
+    r.refuse("architectures", fmt::format("not supported: Tessera converts [\"{}\"] for model_type {}",
+                                          fam.architecture, fam.model_type));
+  check_known(r, fam);
+  m.mxfp4 = parse_quantization(r, fam);
+  for (const auto& [key, why] : kOffFields) r.must_be_off(key, why);
+  for (const HfFixed& f : fam.fixed)
+    if (r.has(f.hf) && j[std::string(f.hf)] != json::parse(f.json)) r.refuse(f.hf, std::string(f.why));
+  parse_fields(r, fam, m.fields);
+  if (!fam.rope_types.empty()) {
+    parse_rope(r, fam, m.fields);
+    for (const HfField& f : fam.fields)
+      if (f.tessera == "head_dim" && m.fields[std::string(f.hf)].get<int64_t>() % 2 != 0)
+        r.refuse(f.hf, "odd; RoPE rotates pairs, so it must be even");
   }
-  for (const auto& [key, value] : j.items())
-    if (!listed(kHarmlessFields, key) && !listed(kModelFields, key))
-      r.refuse(key.c_str(), fmt::format("a field Tessera does not know for model_type {}; it may change the "
-                                        "model, so the conversion stops",
-                                        c.model_type));
-  if (r.has("quantization_config")) r.refuse("quantization_config", "not supported (quantized weights)");
-  r.must_be_off("attention_bias", "not supported: Tessera's Llama has no attention biases");
-  r.must_be_off("mlp_bias", "not supported: Tessera's Llama has no MLP biases");
-  r.must_be_off("attention_dropout", "not supported: Tessera has no dropout");
-  r.must_be_off("is_encoder_decoder", "not supported: Tessera converts decoder-only models");
-  r.must_be_off("is_decoder", "not supported here (a decoder of an encoder-decoder model)");
-  r.must_be_off("add_cross_attention", "not supported: Tessera's Llama has no cross-attention");
-  r.must_be_off("pruned_heads", "not supported: Tessera's Llama has no pruned heads");
-  if (r.has("hidden_act")) {
-    const json& a = j["hidden_act"];
-    if (!a.is_string() || (a != "silu" && a != "swish"))
-      r.refuse("hidden_act", "not supported: Tessera's Llama MLP is SwiGLU (hidden_act silu)");
-  }
-
-  c.hidden_size = r.integer("hidden_size");
-  c.intermediate_size = r.integer("intermediate_size");
-  c.num_hidden_layers = r.integer("num_hidden_layers");
-  c.num_attention_heads = r.integer("num_attention_heads");
-  c.vocab_size = r.integer("vocab_size");
-  // transformers' defaults: Llama's kv heads default to the query heads, Mistral's to 8.
-  c.num_key_value_heads = r.integer("num_key_value_heads", mistral ? 8 : c.num_attention_heads);
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    r.refuse("num_key_value_heads",
-             fmt::format("not a divisor of num_attention_heads ({})", c.num_attention_heads));
-  if (!r.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
-    r.refuse("head_dim", fmt::format("needed: hidden_size {} is not a multiple of num_attention_heads {}",
-                                     c.hidden_size, c.num_attention_heads));
-  c.head_dim = r.integer("head_dim", c.hidden_size / c.num_attention_heads);
-  if (c.head_dim % 2 != 0) r.refuse("head_dim", "odd; RoPE rotates pairs, so it must be even");
-  c.rms_norm_eps = r.real("rms_norm_eps", 1e-6);
-  if (!(c.rms_norm_eps > 0)) r.refuse("rms_norm_eps", "not positive");
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  parse_rope(r, c);
-  if (mistral) {
-    // MistralConfig's default window is 4096; null means full causal attention.
-    if (!j.contains("sliding_window"))
-      c.sliding_window = 4096;
-    else if (!j["sliding_window"].is_null())
-      c.sliding_window = r.integer("sliding_window");
-  } else if (r.has("sliding_window")) {
-    r.refuse("sliding_window", "not supported for model_type llama (transformers' Llama has no window)");
-  }
-  return c;
+  parse_window(r, fam, m.fields);
+  return m;
 }
 
-std::string tessera_model_yaml(const HfLlamaConfig& hf, const std::string& compute_dtype) {
+std::string tessera_model_yaml(const HfModel& m, const std::string& compute_dtype) {
+  const HfFamily& fam = *m.family;
+  const json& f = m.fields;
   std::string y;
   auto line = [&](std::string_view key, const auto& value) { y += fmt::format("{}: {}\n", key, value); };
-  line("decoder_block", hf.model_type == "mistral" ? "mistral" : "llama2");
+  for (const HfKey& k : fam.keys) line(k.tessera, k.yaml);
   line("global_parameter_scale", 1);
-  line("base_emb_dim", hf.hidden_size);
-  line("base_num_query_heads", hf.num_attention_heads);
-  line("base_num_kv_heads", hf.num_key_value_heads);
-  line("head_dim", hf.head_dim);
-  line("base_mlp_dim", hf.intermediate_size);
-  line("base_num_decoder_layers", hf.num_hidden_layers);
-  line("vocab_size", hf.vocab_size);
-  line("mlp_activations", "[\"silu\", \"linear\"]");
-  // {} prints the shortest decimal that reads back as the same double.
-  line("normalization_layer_epsilon", fmt::format("{}", hf.rms_norm_eps));
-  line("logits_via_embedding", hf.tie_word_embeddings ? "true" : "false");
-  line("rope_max_timescale", static_cast<int64_t>(hf.rope_theta));
-  line("rope_type", hf.llama3_rope_scaling ? "llama3.1" : "default");
-  line("attention_type", hf.sliding_window > 0 ? "local_sliding" : "global");
-  line("sliding_window_size", hf.sliding_window);
+  for (const HfField& field : fam.fields) {
+    const json& v = f[std::string(field.hf)];
+    for (std::string_view key : words(field.tessera))
+      line(key, v.is_boolean() ? (v.get<bool>() ? "true" : "false") : yaml_number(v));
+  }
+  if (!fam.rope_types.empty()) {
+    line("rope_max_timescale", static_cast<int64_t>(f["rope_theta"].get<double>()));
+    const json& s = f["rope_scaling"];
+    const std::string kind = s.is_null() ? "default" : s["rope_type"].get<std::string>();
+    line("rope_type", kind == "llama3" ? "llama3.1" : kind);
+    if (kind == "yarn") {
+      line("rope_factor", yaml_number(s["factor"]));
+      line("beta_fast", yaml_number(s["beta_fast"]));
+      line("beta_slow", yaml_number(s["beta_slow"]));
+      line("original_max_position_embeddings", yaml_number(s["original_max_position_embeddings"]));
+      line("rope_truncate", s["truncate"].get<bool>() ? "true" : "false");
+      line("rope_attention_scaling", "true");
+    }
+  }
+  switch (fam.window) {
+    case HfWindow::kNone:
+      line("attention_type", "global");
+      break;
+    case HfWindow::kOptional: {
+      const bool window = !f["sliding_window"].is_null();
+      line("attention_type", window ? "local_sliding" : "global");
+      line("sliding_window_size", window ? f["sliding_window"].get<int64_t>() : 0);
+      break;
+    }
+    case HfWindow::kAlternating:
+      line("sliding_window_size", f["sliding_window"].get<int64_t>());
+      break;
+  }
   line("enable_dropout", "false");
   line("dtype", compute_dtype);
   return y;
 }
 
-HfLlamaConfig hf_config_from_tessera(const Config& cfg) {
-  auto refuse = [&](const std::string& what) {
-    fail(ErrorKind::kConfig, "{}: Hugging Face's LlamaForCausalLM / MistralForCausalLM cannot express it",
-         what);
-  };
-  const bool mistral = cfg.decoder_block == "mistral";
-  if (!mistral && cfg.decoder_block != "llama2" && cfg.decoder_block != "default")
-    refuse(fmt::format("decoder_block={} (converted: llama2, mistral)", cfg.decoder_block));
-  if (cfg.attention_bias)
-    refuse("attention_bias=true (the converter maps Llama's projections without biases)");
-  if (cfg.use_qk_norm) refuse("use_qk_norm=true (the converter maps Llama's attention without QK-norm)");
-  if (cfg.mlp_activations != std::vector<std::string>{"silu", "linear"})
-    refuse(fmt::format("mlp_activations=[{}] (converted: [silu, linear])",
-                       fmt::join(cfg.mlp_activations, ", ")));
-  if (cfg.rope_type != "default" && cfg.rope_type != "llama3.1")
-    refuse(fmt::format("rope_type={} (converted: default, llama3.1)", cfg.rope_type));
-  if (cfg.attention_type != "global" && cfg.attention_type != "local_sliding")
-    refuse(fmt::format("attention_type={} (converted: global, local_sliding)", cfg.attention_type));
-  const bool window = cfg.attention_type == "local_sliding";
-  if (window && !mistral)
-    refuse(fmt::format(
-        "attention_type=local_sliding on decoder_block={} (transformers' Llama has no sliding window; "
-        "decoder_block=mistral has one)",
-        cfg.decoder_block));
-  HfLlamaConfig c;
-  c.model_type = mistral ? "mistral" : "llama";
-  c.hidden_size = cfg.emb_dim;
-  c.intermediate_size = cfg.mlp_dim;
-  c.num_hidden_layers = cfg.num_decoder_layers;
-  c.num_attention_heads = cfg.num_query_heads;
-  c.num_key_value_heads = cfg.num_kv_heads;
-  c.head_dim = cfg.head_dim;
-  c.vocab_size = cfg.vocab_size;
-  c.rms_norm_eps = cfg.normalization_layer_epsilon;
-  c.rope_theta = static_cast<double>(cfg.rope_max_timescale);
-  c.llama3_rope_scaling = cfg.rope_type == "llama3.1";
-  c.tie_word_embeddings = cfg.logits_via_embedding;
-  c.sliding_window = window ? cfg.sliding_window_size : 0;
+namespace {
+
+[[noreturn]] void cannot_express(const HfFamily& fam, const std::string& what) {
+  fail(ErrorKind::kConfig, "{}: Hugging Face's {} cannot express it", what, fam.architecture);
+}
+
+// The value of Tessera key `key` in `cfg` as YAML text (schema.h's format_value).
+std::string key_text(const Config& cfg, std::string_view key) {
+  const config::FieldSpec* spec = config::find_field(key);
+  TESSERA_ASSERT(spec != nullptr);
+  return config::format_value(*spec, cfg);
+}
+
+// `cfg` with the model dimensions global_parameter_scale derived written back into their base_
+// keys, so that the tables read the model's dimensions from the keys they name.
+Config unscaled(const Config& cfg) {
+  Config c = cfg;
+  c.global_parameter_scale = 1;
+  c.base_emb_dim = cfg.emb_dim;
+  c.base_num_query_heads = cfg.num_query_heads;
+  c.base_num_kv_heads = cfg.num_kv_heads;
+  c.base_mlp_dim = cfg.mlp_dim;
+  c.base_moe_mlp_dim = cfg.moe_mlp_dim;
+  c.base_num_decoder_layers = cfg.num_decoder_layers;
   return c;
 }
 
-json hf_config_json(const HfLlamaConfig& hf, const std::string& dtype, const json& source,
-                    int64_t max_positions) {
-  const bool mistral = hf.model_type == "mistral";
-  json j;
-  j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = hf.model_type;
-  j["hidden_size"] = hf.hidden_size;
-  j["intermediate_size"] = hf.intermediate_size;
-  j["num_hidden_layers"] = hf.num_hidden_layers;
-  j["num_attention_heads"] = hf.num_attention_heads;
-  j["num_key_value_heads"] = hf.num_key_value_heads;
-  j["head_dim"] = hf.head_dim;
-  j["vocab_size"] = hf.vocab_size;
-  j["rms_norm_eps"] = hf.rms_norm_eps;
-  j["rope_theta"] = hf.rope_theta;
-  j["rope_scaling"] = nullptr;
-  if (hf.llama3_rope_scaling)
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", kLlama3RopeFactor},
-                         {"low_freq_factor", kLlama3LowFreqFactor},
-                         {"high_freq_factor", kLlama3HighFreqFactor},
-                         {"original_max_position_embeddings", kLlama3OriginalContext}};
-  j["tie_word_embeddings"] = hf.tie_word_embeddings;
-  j["hidden_act"] = "silu";
-  j["attention_dropout"] = 0.0;
-  if (mistral) {
-    j["sliding_window"] = hf.sliding_window > 0 ? json(hf.sliding_window) : json(nullptr);
-  } else {
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+json field_from_tessera(const HfFamily& fam, const HfField& f, const Config& cfg) {
+  const std::vector<std::string_view> keys = words(f.tessera);
+  const std::string text = key_text(cfg, keys[0]);
+  for (size_t k = 1; k < keys.size(); ++k)
+    if (key_text(cfg, keys[k]) != text)
+      cannot_express(fam, fmt::format("{}={} and {}={} ({}'s {} sets both)", keys[0], text, keys[k],
+                                      key_text(cfg, keys[k]), fam.model_type, f.hf));
+  switch (f.type) {
+    case HfValue::kCount:
+      return std::stoll(text);
+    case HfValue::kReal:
+      return std::stod(text);
+    case HfValue::kBool:
+      return text == "true";
   }
+  TESSERA_ASSERT(false);
+}
+
+}  // namespace
+
+HfModel hf_model_from_tessera(const Config& given) {
+  const HfFamily* family = hf_family_of_block(given.decoder_block);
+  if (!family)
+    fail(ErrorKind::kConfig, "decoder_block={} (converted: {}): Hugging Face export has no table for it",
+         given.decoder_block, hf_blocks());
+  const HfFamily& fam = *family;
+  const Config cfg = unscaled(given);
+  for (const HfKey& k : fam.keys) {
+    if (k.tessera == "decoder_block") continue;
+    const config::FieldSpec* spec = config::find_field(k.tessera);
+    Config want = cfg;
+    config::set_field_from_text(*spec, want, std::string(k.yaml), {"the Hugging Face table"});
+    if (config::format_value(*spec, want) != config::format_value(*spec, cfg))
+      cannot_express(fam, fmt::format("{}={} (converted: {})", k.tessera, key_text(cfg, k.tessera),
+                                      config::format_value(*spec, want)));
+  }
+  HfModel m;
+  m.family = family;
+  const json empty = json::object();
+  const std::string what = "the exported config";
+  const Reader none{empty, what};
+  for (const HfField& f : fam.fields) {
+    const std::string key(f.hf);
+    m.fields[key] = field_from_tessera(fam, f, cfg);
+    if (f.derived && fallback_of(none, f, m.fields) != m.fields[key])
+      cannot_express(fam,
+                     fmt::format("{}={} (transformers' {} computes {} = {})", f.tessera, m.fields[key].dump(),
+                                 fam.model_type, f.hf, fallback_of(none, f, m.fields).dump()));
+  }
+  if (!fam.rope_types.empty()) {
+    m.fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
+    m.fields["rope_scaling"] = nullptr;
+    const std::string kind = cfg.rope_type == "llama3.1" ? "llama3" : cfg.rope_type;
+    if (!listed(fam.rope_types, kind))
+      cannot_express(fam, fmt::format("rope_type={} (converted for {}: [{}])", cfg.rope_type, fam.model_type,
+                                      fmt::join(words(fam.rope_types), ", ")));
+    if (kind == "llama3")
+      m.fields["rope_scaling"] = {{"rope_type", "llama3"},
+                                  {"factor", kLlama3RopeFactor},
+                                  {"low_freq_factor", kLlama3LowFreqFactor},
+                                  {"high_freq_factor", kLlama3HighFreqFactor},
+                                  {"original_max_position_embeddings", kLlama3OriginalContext}};
+    if (kind == "yarn") {
+      if (!cfg.rope_attention_scaling)
+        cannot_express(fam, "rope_type=yarn with rope_attention_scaling=false (transformers' YaRN scales)");
+      m.fields["rope_scaling"] = {{"rope_type", "yarn"},
+                                  {"factor", cfg.rope_factor},
+                                  {"beta_fast", cfg.beta_fast},
+                                  {"beta_slow", cfg.beta_slow},
+                                  {"original_max_position_embeddings", cfg.original_max_position_embeddings},
+                                  {"truncate", cfg.rope_truncate}};
+    }
+  }
+  const bool window = cfg.attention_type == "local_sliding";
+  switch (fam.window) {
+    case HfWindow::kNone:
+      if (cfg.attention_type != "global")
+        cannot_express(fam,
+                       fmt::format("attention_type={} on decoder_block={} (transformers' {} has no sliding "
+                                   "window)",
+                                   cfg.attention_type, cfg.decoder_block, fam.architecture));
+      break;
+    case HfWindow::kOptional:
+      if (!window && cfg.attention_type != "global")
+        cannot_express(
+            fam, fmt::format("attention_type={} (converted: global, local_sliding)", cfg.attention_type));
+      m.fields["sliding_window"] = window ? json(cfg.sliding_window_size) : json(nullptr);
+      break;
+    case HfWindow::kAlternating: {
+      m.fields["sliding_window"] = cfg.sliding_window_size;
+      json types = json::array();
+      for (int64_t l = 0; l < cfg.num_decoder_layers; ++l)
+        types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+      m.fields["layer_types"] = types;
+      break;
+    }
+  }
+  return m;
+}
+
+json hf_config_json(const HfModel& m, const std::string& dtype, const json& source, int64_t max_positions) {
+  const HfFamily& fam = *m.family;
+  json j;
+  j["architectures"] = {std::string(fam.architecture)};
+  j["model_type"] = std::string(fam.model_type);
+  for (const HfField& f : fam.fields)
+    if (!f.derived) j[std::string(f.hf)] = m.fields[std::string(f.hf)];
+  for (const char* key : {"rope_theta", "rope_scaling", "sliding_window", "layer_types"})
+    if (m.fields.contains(key)) j[key] = m.fields[key];
+  for (const HfFixed& f : fam.fixed) j[std::string(f.hf)] = json::parse(f.json);
   j["torch_dtype"] = dtype;
-  j["max_position_embeddings"] =
-      hf.llama3_rope_scaling ? std::max(max_positions, kLlama31Context) : max_positions;
+  if (!fam.rope_types.empty()) {
+    int64_t context = max_positions;
+    const json& s = m.fields["rope_scaling"];
+    if (!s.is_null() && s["rope_type"] == "llama3") context = std::max(context, kLlama31Context);
+    if (!s.is_null() && s["rope_type"] == "yarn")
+      context = std::max(context, static_cast<int64_t>(s["factor"].get<double>() *
+                                                       s["original_max_position_embeddings"].get<double>()));
+    j["max_position_embeddings"] = context;
+  }
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   if (source.is_object())
-    for (const char* key : {"max_position_embeddings", "initializer_range", "bos_token_id", "eos_token_id",
-                            "pad_token_id", "pretraining_tp", "use_cache"})
-      if (source.contains(key)) j[key] = source[key];
+    for (const std::vector<std::string_view>& list : {words(kCopiedFields), words(fam.harmless)})
+      for (std::string_view key : list)
+        if (source.contains(std::string(key))) j[std::string(key)] = source[std::string(key)];
   return j;
 }
 

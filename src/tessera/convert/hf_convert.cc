@@ -10,7 +10,7 @@
 #include <set>
 
 #include "tessera/checkpoint/checkpoint.h"
-#include "tessera/convert/hf_llama.h"
+#include "tessera/convert/hf_tensors.h"
 #include "tessera/core/crc32c.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
@@ -90,24 +90,6 @@ ModelSpec spec_of(const Config& cfg) {
   return models::model_spec_from_config(c);
 }
 
-// Tessera's parameters of `spec` (name -> shape), as the model builder declares them.
-std::map<std::string, Shape> model_params(const ModelSpec& spec) {
-  graph::Graph g;
-  models::build_decoder(g, spec);
-  std::map<std::string, Shape> out;
-  for (const graph::Value& v : g.values())
-    if (v.kind == graph::ValueKind::kParam) out.emplace(v.name, v.shape);
-  TESSERA_ASSERT(out.size() == llama_hf_names(spec).size());
-  return out;
-}
-
-std::string describe(const HfLlamaConfig& c) {
-  return fmt::format("model_type {}, {} layers, hidden {}, {} / {} heads of {}, mlp {}, vocab {}{}",
-                     c.model_type, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                     c.num_key_value_heads, c.head_dim, c.intermediate_size, c.vocab_size,
-                     c.tie_word_embeddings ? ", tied embeddings" : "");
-}
-
 void check_dtype_name(const std::string& dtype, const char* what) {
   if (dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::kConfig, "{} '{}': Tessera converts to float32 or bfloat16", what, dtype);
@@ -158,32 +140,45 @@ json checkpoint_manifest(const Config& cfg, const HfCheckpoint& hf, const fs::pa
   return m;
 }
 
-// HF tensors that are not parameters of the model: skipped with the reason when known redundant,
-// an error otherwise.
-void check_extras(const HfCheckpoint& hf, const HfLlamaConfig& model, const std::set<std::string>& used,
-                  std::vector<std::string>& skipped) {
+// The Hugging Face name of Tessera parameter `tessera` in the family's table ("" when none).
+std::string hf_name_of(const HfFamily& fam, std::string_view tessera) {
+  for (const HfTensorRule& r : fam.tensors)
+    if (r.tessera == tessera) return std::string(r.hf);
+  return "";
+}
+
+// HF tensors that are not parameters of the model: skipped with the reason when known redundant
+// (the family's buffers; the head of a tied model when it equals the embedding), an error
+// otherwise. `prefix` is what the checkpoint's names lack of the table's (HfFamily::optional_prefix).
+void check_extras(const HfCheckpoint& hf, const HfModel& model, const std::set<std::string>& used,
+                  const std::string& prefix, bool tied, std::vector<std::string>& skipped) {
+  const HfFamily& fam = *model.family;
+  auto strip = [&](const std::string& n) { return n.starts_with(prefix) ? n.substr(prefix.size()) : n; };
+  const std::string head = strip(hf_name_of(fam, "decoder.logits_dense.kernel"));
+  const std::string emb = strip(hf_name_of(fam, "token_embedder.embedding"));
   for (const std::string& name : hf.names()) {
     if (used.count(name)) continue;
-    if (name.ends_with(".rotary_emb.inv_freq")) {
-      skipped.push_back(name + " (RoPE frequencies, which Tessera computes)");
+    bool buffer = false;
+    for (std::string_view suffix : hf_words(fam.buffers)) buffer = buffer || name.ends_with(suffix);
+    if (buffer) {
+      skipped.push_back(name + " (a buffer, not a parameter: Tessera computes it)");
       continue;
     }
-    if (name == "lm_head.weight" && model.tie_word_embeddings) {
-      const Tensor head = hf.get(name), emb = hf.get("model.embed_tokens.weight");
-      if (head.dtype() != emb.dtype() || !(head.shape() == emb.shape()) ||
-          std::memcmp(head.data(), emb.data(), head.nbytes()) != 0)
+    if (name == head && tied && hf.contains(emb)) {
+      const Tensor h = hf.get(name), e = hf.get(emb);
+      if (h.dtype() != e.dtype() || !(h.shape() == e.shape()) ||
+          std::memcmp(h.data(), e.data(), h.nbytes()) != 0)
         fail(ErrorKind::kConfig,
-             "{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but config.json says "
-             "tie_word_embeddings: true (one output projection, the embedding)",
-             hf.file_of(name));
-      skipped.push_back(name + " (equal to model.embed_tokens.weight: tie_word_embeddings)");
+             "{}: tensor '{}' differs from '{}', but config.json says tie_word_embeddings: true (one output "
+             "projection, the embedding)",
+             hf.file_of(name), name, emb);
+      skipped.push_back(fmt::format("{} (equal to {}: tie_word_embeddings)", name, emb));
       continue;
     }
     fail(ErrorKind::kConfig,
          "{}: tensor '{}' is not a parameter of the model config.json describes ({}); Tessera stops rather "
-         "than "
-         "drop weights it does not know",
-         hf.file_of(name), name, describe(model));
+         "than drop weights it does not know",
+         hf.file_of(name), name, model.describe());
   }
 }
 
@@ -315,35 +310,71 @@ std::string HfCheckpoint::file_of(const std::string& name) const {
 
 namespace {
 
+// The name under which `hf` holds the table's tensor `name`: itself, or without the family's
+// optional prefix when the checkpoint's names lack it ("" when neither is there).
+std::string stored_name(const HfCheckpoint& hf, const std::string& name, const std::string& prefix) {
+  if (prefix.empty() || hf.contains(name)) return name;
+  const std::string bare = name.starts_with(prefix) ? name.substr(prefix.size()) : name;
+  return hf.contains(bare) ? bare : name;
+}
+
 // The model's parameters from `hf` under Tessera's names, in float32 and Tessera's layout. A
 // tensor that needs no change is a view into its mapped file; the others are converted into
-// `storage`. Counts go to `r`; extra HF tensors are checked by check_extras.
+// `storage` (MXFP4 tensors dequantised first). Counts go to `r`; extra HF tensors are checked by
+// check_extras.
 std::vector<NamedTensor> import_tensors(const HfCheckpoint& hf, const ModelSpec& spec,
                                         std::vector<Buffer>& storage, ConvertReport& r) {
+  const HfFamily& fam = *r.model.family;
   const std::map<std::string, Shape> params = model_params(spec);
-  std::vector<NamedTensor> tensors;
+  // The checkpoint's names lack the optional prefix when its embedding does.
+  const std::string emb = hf_name_of(fam, "token_embedder.embedding");
+  const std::string prefix(fam.optional_prefix);
+  const std::string strip = !prefix.empty() && !hf.contains(emb) ? prefix : "";
+  std::map<std::string, Tensor> dst;  // Tessera name -> its converted tensor
   std::set<std::string> used;
-  for (const HfName& m : llama_hf_names(spec)) {
-    const Shape& shape = params.at(m.tessera);
-    if (!hf.contains(m.hf))
+  auto buffer = [&](const Shape& shape) {
+    storage.push_back(std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(shape.numel()) * 4));
+    return Tensor(storage.back().get(), shape, DType::kF32);
+  };
+  std::vector<NamedTensor> tensors;
+  for (const HfTensorPlan& t : hf_tensor_plan(fam, params, spec.num_decoder_layers)) {
+    const std::string name = strip.empty() ? t.hf : stored_name(hf, t.hf, strip);
+    Tensor src;
+    if (hf.contains(name)) {
+      src = hf.get(name);
+      used.insert(name);
+    } else if (r.model.mxfp4 && hf.contains(name + "_blocks") && hf.contains(name + "_scales")) {
+      src = buffer(t.shape);
+      dequantize_mxfp4(hf.get(name + "_blocks"), hf.get(name + "_scales"), src, hf.file_of(name + "_blocks"),
+                       name);
+      used.insert({name + "_blocks", name + "_scales"});
+      r.notes.push_back(fmt::format("{}: MXFP4 dequantised to float32", name));
+    } else {
+      const HfPiece& p = t.pieces[0];
       fail(ErrorKind::kConfig,
            "{}: has no tensor '{}' (shape {}), which the model in config.json needs (Tessera's {}); is it a "
            "checkpoint of another model?",
-           hf.weights_path(), m.hf, (m.transpose ? Shape{shape[1], shape[0]} : shape).str(), m.tessera);
-    const Tensor src = hf.get(m.hf);
-    used.insert(m.hf);
-    r.params += shape.numel();
-    if (!m.transpose && src.dtype() == DType::kF32 && src.shape() == shape) {
-      tensors.push_back({m.tessera, src});
-      continue;
+           hf.weights_path(), name, t.shape.str(), p.tessera);
     }
-    storage.push_back(std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(shape.numel()) * 4));
-    const Tensor dst(storage.back().get(), shape, DType::kF32);
-    hf_to_tessera_tensor(src, m.transpose, dst, hf.file_of(m.hf), m.hf);
-    tensors.push_back({m.tessera, dst});
+    for (const HfPiece& p : t.pieces) {
+      const Shape& shape = params.at(p.tessera);
+      const bool plain = p.expert < 0 && !p.transpose && p.count == 1;
+      if (plain && src.dtype() == DType::kF32 && src.shape() == shape) {
+        dst.emplace(p.tessera, src);  // written from the mapped input
+        continue;
+      }
+      auto it = dst.find(p.tessera);
+      if (it == dst.end()) it = dst.emplace(p.tessera, buffer(shape)).first;
+      hf_piece_to_tessera(src, p, p.expert < 0 ? it->second : expert_slice(it->second, p.expert),
+                          hf.file_of(name), name);
+    }
+  }
+  for (const auto& [name, shape] : params) {
+    tensors.push_back({name, dst.at(name)});
+    r.params += shape.numel();
   }
   r.tensors = static_cast<int64_t>(tensors.size());
-  check_extras(hf, r.model, used, r.skipped);
+  check_extras(hf, r.model, used, strip, !params.count("decoder.logits_dense.kernel"), r.skipped);
   return tensors;
 }
 
@@ -365,7 +396,7 @@ ConvertReport convert_hf_to_tessera(const HfToTesseraOptions& o) {
       yml, fmt::format("# Model keys of the Hugging Face checkpoint {}\n# ({}),\n"
                        "# written by `tessera convert`. Use:\n"
                        "#   tessera train {} load_parameters_path={} run_name=NAME [key=value ...]\n",
-                       fs::absolute(o.hf_dir).string(), describe(r.model), (abs_out / kModelYaml).string(),
+                       fs::absolute(o.hf_dir).string(), r.model.describe(), (abs_out / kModelYaml).string(),
                        abs_out.string()) +
                tessera_model_yaml(r.model, r.dtype) + tokenizer);
   const Config cfg = load_config(yml, {});
@@ -398,10 +429,9 @@ Config checkpoint_config(const TesseraToHfOptions& o, const json& manifest, cons
   return cfg;
 }
 
-// A tensor of the Hugging Face output: its names, layout and size in the written dtype.
+// A tensor of the Hugging Face output: its plan and size in the written dtype.
 struct HfTensor {
-  const HfName* name;
-  Shape shape;  // Hugging Face's
+  const HfTensorPlan* plan;
   uint64_t bytes;
 };
 
@@ -422,7 +452,7 @@ std::vector<std::vector<HfTensor>> plan_shards(const std::vector<HfTensor>& tens
 }
 
 // True when `source` (a config.json or null) describes `model`.
-bool same_model(const json& source, const HfLlamaConfig& model) {
+bool same_model(const json& source, const HfModel& model) {
   if (!source.is_object()) return false;
   try {
     return parse_hf_config(source, "source config") == model;
@@ -462,19 +492,16 @@ void check_params_file(const checkpoint::WholeParameters& file, const std::map<s
 // Writes the parameters of `file` into `dir` in Hugging Face's names, layout and `dtype`: one
 // model.safetensors, or shards of at most `max_bytes` and their index. One shard is in memory at
 // a time. Adds the files and counts to `r`.
-void write_hf_weights(const checkpoint::WholeParameters& file, const ModelSpec& spec, DType dtype,
-                      uint64_t max_bytes, const fs::path& dir, ConvertReport& r) {
+void write_hf_weights(const checkpoint::WholeParameters& file, const HfFamily& fam, const ModelSpec& spec,
+                      DType dtype, uint64_t max_bytes, const fs::path& dir, ConvertReport& r) {
   const std::map<std::string, Shape> params = model_params(spec);
   check_params_file(file, params);
-  const std::vector<HfName> names = llama_hf_names(spec);
+  const std::vector<HfTensorPlan> plans = hf_tensor_plan(fam, params, spec.num_decoder_layers);
   std::vector<HfTensor> all;
-  for (const HfName& m : names) {
-    const Shape& s = params.at(m.tessera);
-    const Shape hs = m.transpose ? Shape{s[1], s[0]} : s;
-    all.push_back({&m, hs, static_cast<uint64_t>(hs.numel()) * dtype_size(dtype)});
-    r.params += s.numel();
-  }
-  r.tensors = static_cast<int64_t>(all.size());
+  for (const HfTensorPlan& t : plans)
+    all.push_back({&t, static_cast<uint64_t>(t.shape.numel()) * dtype_size(dtype)});
+  for (const auto& [name, shape] : params) r.params += shape.numel();
+  r.tensors = static_cast<int64_t>(params.size());
   const std::vector<std::vector<HfTensor>> shards = plan_shards(all, max_bytes);
   json weight_map = json::object();
   uint64_t total = 0;
@@ -486,10 +513,13 @@ void write_hf_weights(const checkpoint::WholeParameters& file, const ModelSpec& 
     std::vector<NamedTensor> tensors;
     for (const HfTensor& t : shards[k]) {
       storage.push_back(std::make_unique_for_overwrite<uint8_t[]>(t.bytes));
-      const Tensor dst(storage.back().get(), t.shape, dtype);
-      tessera_to_hf_tensor(file.get(t.name->tessera), t.name->transpose, dst);
-      tensors.push_back({t.name->hf, dst});
-      weight_map[t.name->hf] = shard_name;
+      const Tensor out(storage.back().get(), t.plan->shape, dtype);
+      for (const HfPiece& p : t.plan->pieces) {
+        const Tensor whole = file.get(p.tessera);
+        tessera_to_hf_piece(p.expert < 0 ? whole : expert_slice(whole, p.expert), p, out);
+      }
+      tensors.push_back({t.plan->hf, out});
+      weight_map[t.plan->hf] = shard_name;
       total += t.bytes;
     }
     // transformers refuses safetensors files without format metadata.
@@ -512,10 +542,11 @@ ConvertReport convert_tessera_to_hf(const TesseraToHfOptions& o) {
   const Config cfg = checkpoint_config(o, manifest, out.path());
   ConvertReport r;
   r.out_dir = o.out_dir;
-  r.model = hf_config_from_tessera(cfg);
+  r.model = hf_model_from_tessera(cfg);
   r.dtype = o.dtype.empty() ? cfg.dtype : o.dtype;
   check_dtype_name(r.dtype, o.dtype.empty() ? "the config's dtype" : "--dtype");
-  write_hf_weights(params, spec_of(cfg), dtype_from_name(r.dtype), o.max_shard_bytes, out.path(), r);
+  write_hf_weights(params, *r.model.family, spec_of(cfg), dtype_from_name(r.dtype), o.max_shard_bytes,
+                   out.path(), r);
   // A checkpoint converted from Hugging Face keeps its config.json in the manifest, whose token ids
   // and context length carry over while the model is the same.
   json source = manifest.is_object() && manifest.contains("source") && manifest["source"].is_object()

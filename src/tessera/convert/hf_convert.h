@@ -1,5 +1,7 @@
-// `tessera convert`: checkpoints of the Llama family (Llama 2/3/3.1, Mistral) between Hugging
-// Face's safetensors layout and Tessera's checkpoint folder. docs/convert.md is the user's guide.
+// `tessera convert`: checkpoints between Hugging Face's safetensors layout and Tessera's checkpoint
+// folder, for every family with a Hugging Face table (hf_family.h: Llama, Mistral, Qwen 2/3,
+// GPT-2, Mixtral, GPT-OSS). The tables say which tensors and config fields map to what; this
+// file only moves them. docs/convert.md is the user's guide.
 //
 // Hugging Face -> Tessera. Reads HF_DIR/config.json (convert/hf_config.h) and the weights:
 // model.safetensors, or the shards named by model.safetensors.index.json. Writes OUT_DIR/ with
@@ -13,9 +15,10 @@
 //   tokenizer files     copied when present: tokenizer.model (SentencePiece: Llama 2, Mistral),
 //                       else tokenizer.json or vocab.json + merges.txt, with tokenizer_config.json
 //                       (byte-level BPE: Llama 3); model.yml points at them by absolute path
-// Every tensor the model needs must be present with its shape (float32 or bfloat16). HF tensors
-// known to be redundant are skipped: rotary inv_freq buffers, and lm_head.weight of a tied model
-// when it equals the embedding; any other extra tensor is an error.
+// Every tensor the model needs must be present with its shape (float32 or bfloat16; MXFP4 expert
+// weights where the table allows them, dequantised). HF tensors known to be redundant are
+// skipped: the table's buffers (rotary inv_freq, GPT-2's causal masks), and the head of a tied
+// model when it equals the embedding; any other extra tensor is an error.
 //
 // Tessera -> Hugging Face. Reads a checkpoint folder (verified against its manifest) or a bare
 // params.safetensors, with its config: the given config file and overrides, else the manifest's
@@ -32,7 +35,8 @@
 // Memory: HF -> Tessera holds the converted f32 parameters (4 bytes each; tensors that need no
 // change are written from the mapped input); Tessera -> HF holds one output shard at a time.
 // Left out: PyTorch .bin weights, float16 tensors (core's safetensors reader has no F16), the
-// tokenizer on the way back to Hugging Face, other families (Mixtral, Gemma, Qwen, ...).
+// tokenizer on the way back to Hugging Face, writing MXFP4 (an export is float32 or bfloat16), the
+// families without a table (Gemma).
 #pragma once
 
 #include <cstdint>
@@ -101,7 +105,7 @@ struct TesseraToHfOptions {
 struct ConvertReport {
   std::filesystem::path out_dir;
   std::vector<std::string> files;  // written, relative to out_dir
-  HfLlamaConfig model;
+  HfModel model;
   std::string dtype;                 // the written tensors' dtype (HF) or model.yml's compute dtype
   int64_t tensors = 0;               // parameter tensors converted
   int64_t params = 0;                // parameters converted

@@ -1,134 +1,111 @@
-#include "tessera/convert/hf_llama.h"
-
-#include <fmt/format.h>
-
-#include <algorithm>
-#include <map>
-
-#include "tessera/core/error.h"
-#include "tessera/models/init.h"
+// Hugging Face tables of the Llama family: LlamaForCausalLM (Llama 2, 3, 3.1) and
+// MistralForCausalLM, and the decoder tensors Qwen and Mixtral share (hf_family.h). Hugging Face's
+// q/k projections are already permuted for rotate_half RoPE, the layout Tessera uses.
+#include "tessera/convert/hf_family.h"
 
 namespace tessera::convert {
 
-using models::ModelSpec;
+// Embedding first, then the layers, then the final norm and the head (the order of the export).
+std::vector<HfTensorRule> hf_llama_outer_tensors() {
+  return {
+      {"token_embedder.embedding", "model.embed_tokens.weight"},
+      {"decoder.decoder_norm.scale", "model.norm.weight"},
+      {"decoder.logits_dense.kernel", "lm_head.weight", true},
+  };
+}
 
-std::vector<HfName> llama_hf_names(const ModelSpec& s) {
-  std::vector<HfName> out = {{"token_embedder.embedding", "model.embed_tokens.weight", false}};
-  for (int64_t l = 0; l < s.num_decoder_layers; ++l) {
-    const std::string t = fmt::format("decoder.layers_{}.", l), h = fmt::format("model.layers.{}.", l);
-    out.push_back({t + "self_attention.query.kernel", h + "self_attn.q_proj.weight", true});
-    out.push_back({t + "self_attention.key.kernel", h + "self_attn.k_proj.weight", true});
-    out.push_back({t + "self_attention.value.kernel", h + "self_attn.v_proj.weight", true});
-    out.push_back({t + "self_attention.out.kernel", h + "self_attn.o_proj.weight", true});
-    out.push_back({t + "mlp.wi_0.kernel", h + "mlp.gate_proj.weight", true});
-    out.push_back({t + "mlp.wi_1.kernel", h + "mlp.up_proj.weight", true});
-    out.push_back({t + "mlp.wo.kernel", h + "mlp.down_proj.weight", true});
-    out.push_back({t + "pre_self_attention_layer_norm.scale", h + "input_layernorm.weight", false});
-    out.push_back({t + "post_self_attention_layer_norm.scale", h + "post_attention_layernorm.weight", false});
-  }
-  out.push_back({"decoder.decoder_norm.scale", "model.norm.weight", false});
-  if (!s.logits_via_embedding) out.push_back({"decoder.logits_dense.kernel", "lm_head.weight", true});
-  return out;
+// One layer's attention (biases: Qwen 2.5; QK-norm: Qwen 3) and its two norms.
+std::vector<HfTensorRule> hf_llama_attention_tensors() {
+  return {
+      {"decoder.layers_{l}.self_attention.query.kernel", "model.layers.{l}.self_attn.q_proj.weight", true},
+      {"decoder.layers_{l}.self_attention.query.bias", "model.layers.{l}.self_attn.q_proj.bias"},
+      {"decoder.layers_{l}.self_attention.key.kernel", "model.layers.{l}.self_attn.k_proj.weight", true},
+      {"decoder.layers_{l}.self_attention.key.bias", "model.layers.{l}.self_attn.k_proj.bias"},
+      {"decoder.layers_{l}.self_attention.value.kernel", "model.layers.{l}.self_attn.v_proj.weight", true},
+      {"decoder.layers_{l}.self_attention.value.bias", "model.layers.{l}.self_attn.v_proj.bias"},
+      {"decoder.layers_{l}.self_attention.out.kernel", "model.layers.{l}.self_attn.o_proj.weight", true},
+      {"decoder.layers_{l}.self_attention.query_norm.scale", "model.layers.{l}.self_attn.q_norm.weight"},
+      {"decoder.layers_{l}.self_attention.key_norm.scale", "model.layers.{l}.self_attn.k_norm.weight"},
+      {"decoder.layers_{l}.pre_self_attention_layer_norm.scale", "model.layers.{l}.input_layernorm.weight"},
+      {"decoder.layers_{l}.post_self_attention_layer_norm.scale",
+       "model.layers.{l}.post_attention_layernorm.weight"},
+  };
+}
+
+std::vector<HfTensorRule> hf_decoder_tensors(const std::vector<HfTensorRule>& layer) {
+  const std::vector<HfTensorRule> outer = hf_llama_outer_tensors();
+  std::vector<HfTensorRule> t = {outer[0]};
+  t.insert(t.end(), layer.begin(), layer.end());
+  t.insert(t.end(), outer.begin() + 1, outer.end());
+  return t;
+}
+
+std::vector<HfTensorRule> hf_llama_dense_tensors() {
+  std::vector<HfTensorRule> t = hf_llama_attention_tensors();
+  const std::vector<HfTensorRule> mlp = {
+      {"decoder.layers_{l}.mlp.wi_0.kernel", "model.layers.{l}.mlp.gate_proj.weight", true},
+      {"decoder.layers_{l}.mlp.wi_1.kernel", "model.layers.{l}.mlp.up_proj.weight", true},
+      {"decoder.layers_{l}.mlp.wo.kernel", "model.layers.{l}.mlp.down_proj.weight", true},
+  };
+  t.insert(t.end(), mlp.begin(), mlp.end());
+  return hf_decoder_tensors(t);
+}
+
+std::vector<HfField> hf_llama_fields(std::string_view kv_heads, std::string_view eps) {
+  return {
+      {"hidden_size", "base_emb_dim", HfValue::kCount},
+      {"intermediate_size", "base_mlp_dim", HfValue::kCount},
+      {"num_hidden_layers", "base_num_decoder_layers", HfValue::kCount},
+      {"num_attention_heads", "base_num_query_heads", HfValue::kCount},
+      {"num_key_value_heads", "base_num_kv_heads", HfValue::kCount, kv_heads},
+      {"head_dim", "head_dim", HfValue::kCount, "@hidden_size/@num_attention_heads"},
+      {"vocab_size", "vocab_size", HfValue::kCount},
+      {"rms_norm_eps", "normalization_layer_epsilon", HfValue::kReal, eps},
+      {"tie_word_embeddings", "logits_via_embedding", HfValue::kBool, "false"},
+  };
+}
+
+std::vector<HfFixed> hf_swiglu_fixed() {
+  return {
+      {"hidden_act", "\"silu\"", "not supported: Tessera's MLP here is SwiGLU (hidden_act silu)"},
+      {"attention_dropout", "0.0", "not supported: Tessera has no dropout"},
+  };
 }
 
 namespace {
 
-inline float widen(float v) {
-  return v;
-}
-inline float widen(uint16_t v) {
-  return bf16_to_f32(v);
-}
-template <typename D>
-D narrow(float v);
-template <>
-inline float narrow<float>(float v) {
-  return v;
-}
-template <>
-inline uint16_t narrow<uint16_t>(float v) {
-  return f32_to_bf16(v);
-}
-
-// dst[c, r] = src[r, c] for src [rows, cols], converting the element type (S, D: float for f32,
-// uint16_t for bf16). Tiles of kTile x kTile: within one, the reads of a src row and the writes of
-// a dst row stay in 2 KiB of each matrix, so the strided side hits cache; the typed inner loop
-// lets the compiler vectorise the conversion.
-template <typename S, typename D>
-void transpose_tiles(const S* src, D* dst, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 64;
-  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
-#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (int64_t{1} << 16))
-  for (int64_t rt = 0; rt < row_tiles; ++rt)
-    for (int64_t ct = 0; ct < col_tiles; ++ct) {
-      const int64_t r0 = rt * kTile, r1 = std::min(rows, r0 + kTile);
-      const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = narrow<D>(widen(src[r * cols + c]));
-    }
-}
-
-template <typename S, typename D>
-void copy_elements(const S* src, D* dst, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(widen(src[i]));
-}
-
-// dst = src (transposed when `transpose`, as [rows, cols] -> [cols, rows]) for the element types
-// the conversions need: f32 -> f32, bf16 -> f32, f32 -> bf16.
-template <typename S, typename D>
-void convert_as(const Tensor& src, const Tensor& dst, bool transpose) {
-  if (transpose)
-    transpose_tiles(src.ptr<S>(), dst.ptr<D>(), src.dim(0), src.dim(1));
-  else
-    copy_elements(src.ptr<S>(), dst.ptr<D>(), src.numel());
-}
-
-void convert_layout(const Tensor& src, const Tensor& dst, bool transpose) {
-  const bool src_bf16 = src.dtype() == DType::kBF16, dst_bf16 = dst.dtype() == DType::kBF16;
-  TESSERA_ASSERT(!(src_bf16 && dst_bf16));
-  if (src_bf16)
-    convert_as<uint16_t, float>(src, dst, transpose);
-  else if (dst_bf16)
-    convert_as<float, uint16_t>(src, dst, transpose);
-  else
-    convert_as<float, float>(src, dst, transpose);
+std::vector<HfFixed> llama_fixed() {
+  std::vector<HfFixed> f = hf_swiglu_fixed();
+  f.push_back({"attention_bias", "false", "not supported: Tessera's Llama has no attention biases"});
+  f.push_back({"mlp_bias", "false", "not supported: Tessera's Llama has no MLP biases"});
+  return f;
 }
 
 }  // namespace
 
-void hf_to_tessera_tensor(const Tensor& src, bool transpose, const Tensor& dst, const std::string& file,
-                          const std::string& name) {
-  TESSERA_ASSERT(dst.dtype() == DType::kF32 && dst.is_contiguous() && (!transpose || dst.rank() == 2));
-  if (src.dtype() != DType::kF32 && src.dtype() != DType::kBF16)
-    fail(ErrorKind::kConfig, "{}: tensor '{}' is {}; Tessera reads float32 or bfloat16", file, name,
-         dtype_name(src.dtype()));
-  const Shape want = transpose ? Shape{dst.dim(1), dst.dim(0)} : dst.shape();
-  if (!(src.shape() == want))
-    fail(ErrorKind::kConfig, "{}: tensor '{}' has shape {}, but the model needs {}", file, name,
-         src.shape().str(), want.str());
-  convert_layout(src, dst, transpose);  // src [out, in] -> dst [in, out] when transposed
-}
+const HfFamily kHfLlama{
+    .model_type = "llama",
+    .architecture = "LlamaForCausalLM",
+    .blocks = {"llama2", "default"},
+    .fields = hf_llama_fields("@num_attention_heads", "1e-06"),
+    .fixed = llama_fixed(),
+    .keys = {{"decoder_block", "llama2"}, {"mlp_activations", "[\"silu\", \"linear\"]"}},
+    .harmless = "pretraining_tp",
+    .rope_types = "default llama3",
+    .tensors = hf_llama_dense_tensors(),
+};
 
-void tessera_to_hf_tensor(const Tensor& src, bool transpose, const Tensor& dst) {
-  TESSERA_ASSERT(src.dtype() == DType::kF32 && dst.numel() == src.numel() && (!transpose || src.rank() == 2));
-  TESSERA_ASSERT(dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16);
-  convert_layout(src, dst, transpose);  // src [in, out] -> dst [out, in] when transposed
-}
-
-void load_hf_llama(graph::Plan& plan, const models::ModelSpec& spec, const SafetensorsFile& file,
-                   const std::string& prefix) {
-  std::map<std::string, graph::ValueId> by_name;
-  const auto& values = plan.graph().values();
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i].kind == graph::ValueKind::kParam) by_name[values[i].name] = static_cast<graph::ValueId>(i);
-  for (const HfName& m : llama_hf_names(spec)) {
-    auto it = by_name.find(m.tessera);
-    TESSERA_ASSERT(it != by_name.end());
-    hf_to_tessera_tensor(file.get(prefix + m.hf), m.transpose, plan.view(it->second), file.path(),
-                         prefix + m.hf);
-  }
-  models::sync_compute_copies(plan);
-}
+const HfFamily kHfMistral{
+    .model_type = "mistral",
+    .architecture = "MistralForCausalLM",
+    .blocks = {"mistral"},
+    .fields = hf_llama_fields("8", "1e-06"),
+    .fixed = hf_swiglu_fixed(),
+    .keys = {{"decoder_block", "mistral"}, {"mlp_activations", "[\"silu\", \"linear\"]"}},
+    .rope_types = "default",
+    .window = HfWindow::kOptional,
+    .default_window = 4096,
+    .tensors = hf_llama_dense_tensors(),
+};
 
 }  // namespace tessera::convert
