@@ -1,17 +1,22 @@
 // `tessera convert` against Hugging Face transformers. The goldens in golden/convert/ are made by
-// tools/make_convert_golden.py: three tiny random models saved by save_pretrained (a Llama with GQA
-// and Llama 3.1 RoPE scaling, single file, transformers 4's config layout; a tied-embedding Llama,
-// sharded; a Mistral with a sliding window of 5 over 12 tokens, saved in bfloat16), each with the
-// logits transformers computes for fixed tokens.
+// tools/make_convert_golden.py: tiny random models saved by save_pretrained, one or more per family
+// (a Llama with GQA and Llama 3.1 RoPE scaling, single file, transformers 4's config layout; a
+// tied-embedding Llama, sharded; a Mistral with a sliding window of 5 over 12 tokens, saved in
+// bfloat16; a tied Qwen 2.5 with q/k/v biases; a Qwen 3 with QK-norm in bfloat16; a GPT-2; a
+// Mixtral with per-expert tensors, sharded, bfloat16; a GPT-OSS; a GPT-OSS with MXFP4 experts),
+// each with the logits transformers computes for fixed tokens, and a crafted MXFP4 tensor with
+// transformers' dequantisation.
 //
-// Covered: import -> Tessera's forward gives transformers' logits; HF -> Tessera -> HF is bitwise
-// (float32 and bfloat16) with an equivalent config.json; bfloat16 and sharded export; the errors
-// (missing tensor, wrong shape, missing shard, unsupported model_type / rope scaling / field, extra
-// tensors); the command line, including `tessera train` on a converted model; and transformers
-// loading Tessera's export (with $TESSERA_PYTHON, skipped when torch/transformers are missing).
+// Covered, for every family: import -> Tessera's forward gives transformers' logits; HF -> Tessera
+// -> HF is bitwise (float32 and bfloat16) with an equivalent config.json; transformers loading
+// Tessera's export with Tessera's logits (with $TESSERA_PYTHON, skipped when torch/transformers are
+// missing). Also: the expert layouts, MXFP4, bfloat16 and sharded export; the errors (missing
+// tensor, wrong shape, missing shard, unsupported model_type / rope scaling / field, extra
+// tensors); the command line, including `tessera train` on a converted model.
 //
 // Tolerance of the logit comparisons (float32): reductions are at most 160 long (the trained
-// llama-test models; 56 for the goldens) over values of order 1; oneDNN and PyTorch sum in
+// llama-test models; 56 for the goldens) over values of order 1; the MoE goldens' routing margins
+// are at least 4.7e-3, so both sides pick the same experts; oneDNN and PyTorch sum in
 // different orders, and Tessera's RoPE table is computed in double where transformers uses
 // float32 (positions < 12, so angle errors ~1e-6 rad). Observed: up to 6e-6 absolute on logits of
 // magnitude ~1 (goldens) and 1.7e-5 on ~7 (trained models), i.e. <= 6e-6 relative. The bound is
@@ -173,7 +178,11 @@ TEST_P(Import, TesseraGivesTransformersLogits) {
   EXPECT_TRUE(testing::all_close(got, g.logits(), kRtol, kAtol));
 }
 
-const char* const kGoldens[] = {"llama_gqa", "llama_tied", "mistral_swa"};
+// Every family's goldens (make_convert_golden.py). gpt_oss_mxfp4's experts are MXFP4: its logits
+// are transformers' with the weights transformers dequantises (the dequantised values are exact
+// in float32, so the same tolerance holds).
+const char* const kGoldens[] = {"llama_gqa",    "llama_tied", "mistral_swa", "qwen2_tied",
+                                "qwen3_qknorm", "gpt2",       "mixtral",     "gpt_oss"};
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::ValuesIn(kGoldens));
 
@@ -193,6 +202,20 @@ TEST(Import, ModelYamlHoldsEachFamilysKeys) {
       {"mistral_swa",
        {"decoder_block: mistral", "base_num_kv_heads: 1", "rope_max_timescale: 1000000",
         "attention_type: local_sliding", "sliding_window_size: 5", "dtype: bfloat16"}},
+      {"qwen2_tied", {"decoder_block: qwen2", "head_dim: 10", "logits_via_embedding: true"}},
+      {"qwen3_qknorm", {"decoder_block: qwen3", "head_dim: 10", "dtype: bfloat16"}},
+      {"gpt2",
+       {"decoder_block: gpt3", "mlp_activations: [\"gelu\"]", "base_emb_dim: 40", "base_mlp_dim: 160",
+        "base_num_query_heads: 4", "base_num_kv_heads: 4", "head_dim: 10", "trainable_position_size: 16",
+        "logits_via_embedding: true"}},
+      {"mixtral",
+       {"decoder_block: mixtral", "base_moe_mlp_dim: 24", "num_experts: 4", "num_experts_per_tok: 2",
+        "attention_type: local_sliding", "sliding_window_size: 5"}},
+      {"gpt_oss",
+       {"decoder_block: gpt_oss", "mlp_activations: [\"sigmoid\", \"linear\"]", "num_experts: 4",
+        "mlp_activations_limit: 7", "rope_type: yarn", "rope_factor: 4", "beta_fast: 32", "beta_slow: 1",
+        "original_max_position_embeddings: 256", "rope_truncate: false", "rope_attention_scaling: true",
+        "sliding_window_size: 4"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -210,6 +233,7 @@ TEST(Import, ModelYamlHoldsEachFamilysKeys) {
 TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
   TempDir tmp;
   for (const char* name : kGoldens) {
+    if (std::string(name) == "gpt_oss_mxfp4") continue;  // exported dequantised: see MxFp4 below
     SCOPED_TRACE(name);
     const fs::path t = tmp / (std::string(name) + "_t"), h = tmp / (std::string(name) + "_h");
     to_tessera(kGolden / name, t);
@@ -226,6 +250,61 @@ TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
     const std::string dtype = a.contains("torch_dtype") ? a["torch_dtype"] : a["dtype"];
     EXPECT_EQ(b["torch_dtype"], dtype);
   }
+}
+
+// Mixtral's experts are one Linear per expert and projection (w1 gate, w3 up, w2 down, [out, in]);
+// GPT-OSS's gate_up_proj [X, E, 2F] interleaves gate (even columns) and up (odd).
+TEST(Import, ExpertLayoutsLandInTesserasStackedParameters) {
+  TempDir tmp;
+  to_tessera(kGolden / "mixtral", tmp / "m");
+  to_tessera(kGolden / "gpt_oss", tmp / "g");
+  const SafetensorsFile m((tmp / "m" / "params.safetensors").string()),
+      g((tmp / "g" / "params.safetensors").string());
+  const convert::HfCheckpoint mh(kGolden / "mixtral"), gh(kGolden / "gpt_oss");
+  auto value = [](const Tensor& t, int64_t i) {
+    return t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i]) : t.ptr<float>()[i];
+  };
+  // wi_1 [X, E, F] expert 3, (e, f) = w3 [F, E] at (f, e).
+  const Tensor wi1 = m.get("decoder.layers_1.MoeBlock_0.wi_1");
+  const Tensor w3 = mh.get("model.layers.1.block_sparse_moe.experts.3.w3.weight");
+  const int64_t E = 32, F = 24;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t f = 0; f < F; ++f) ASSERT_EQ(wi1.ptr<float>()[(3 * E + e) * F + f], value(w3, f * E + e));
+  const Tensor gate = g.get("decoder.layers_0.GptOssMlp.wi_0"), up = g.get("decoder.layers_0.GptOssMlp.wi_1");
+  const Tensor gu = gh.get("model.layers.0.mlp.experts.gate_up_proj");  // [4, 40, 48]
+  for (int64_t i = 0; i < 4 * 40; ++i)
+    for (int64_t f = 0; f < 24; ++f) {
+      ASSERT_EQ(gate.ptr<float>()[i * 24 + f], value(gu, i * 48 + 2 * f));
+      ASSERT_EQ(up.ptr<float>()[i * 24 + f], value(gu, i * 48 + 2 * f + 1));
+    }
+}
+
+// GPT-2's Hub checkpoint names its tensors without transformers' "transformer." prefix (h.0...,
+// wte.weight) and holds the causal-mask buffers attn.bias: both import.
+TEST(Import, Gpt2WithoutThePrefixAndWithMaskBuffers) {
+  TempDir tmp;
+  const fs::path dir = tmp / "gpt2_hub";
+  fs::create_directories(dir);
+  fs::copy_file(kGolden / "gpt2" / "config.json", dir / "config.json");
+  std::vector<NamedTensor> ts;
+  std::vector<std::vector<uint8_t>> copies;
+  const SafetensorsFile f((kGolden / "gpt2" / "model.safetensors").string());
+  for (const std::string& n : f.names()) {
+    const Tensor t = f.get(n);
+    copies.emplace_back(static_cast<const uint8_t*>(t.data()),
+                        static_cast<const uint8_t*>(t.data()) + t.nbytes());
+    ts.push_back(
+        {n.substr(std::string("transformer.").size()), Tensor(copies.back().data(), t.shape(), t.dtype())});
+  }
+  std::vector<float> mask(16 * 16, 1.0f);
+  ts.push_back({"h.0.attn.bias", Tensor(mask.data(), Shape{1, 1, 16, 16}, DType::kF32)});
+  write_safetensors((dir / "model.safetensors").string(), ts, {{"format", "pt"}});
+  const convert::ConvertReport r = to_tessera(dir, tmp / "t");
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_TRUE(has(r.skipped[0], "h.0.attn.bias")) << r.skipped[0];
+  const GoldenLogits g("gpt2");
+  EXPECT_TRUE(testing::all_close(tessera_logits(converted_config(tmp / "t"), tmp / "t", g.tokens, g.B, g.T),
+                                 g.logits(), kRtol, kAtol));
 }
 
 TEST(Export, Bfloat16RoundsEachTensorToNearestEven) {
@@ -671,6 +750,54 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
   for (size_t m = 0; m < models.size(); ++m) {
     SCOPED_TRACE(models[m][0]);
     const std::string bytes = read_file(tmp / (m == 0 ? "llama.f32" : "mistral.f32"));
+    ASSERT_EQ(bytes.size(), want[m].size() * 4);
+    std::vector<double> got(want[m].size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      got[i] = v;
+    }
+    EXPECT_TRUE(testing::all_close(got, want[m], kRtol, kAtol));
+  }
+}
+
+// Every family's golden converted to Tessera and back, in float32: transformers loads each export
+// and computes Tessera's logits (the tolerance above; the MoE goldens' routing margins are at least
+// 4.7e-3, far from float32 noise, so both pick the same experts).
+TEST(Transformers, LoadsEveryFamilysExportWithTesserasLogits) {
+  const std::string py = testing::test_python();
+  if (!testing::python_imports("torch, transformers"))
+    GTEST_SKIP() << "'" << py
+                 << " -c \"import torch, transformers\"' fails: this check needs a Python with torch "
+                 << "and transformers; point TESSERA_PYTHON at one (CI's .venv-test has only tensorboard)";
+  TempDir tmp;
+  constexpr int64_t B = 2, T = 12;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % 53);  // < every vocab
+  write_file_atomically(tmp / "tokens.bin",
+                        std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
+  std::string cmd = py + " " +
+                    testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
+                    " " + testing::shell_quote((tmp / "tokens.bin").string()) + fmt::format(" {} {}", B, T);
+  std::vector<std::vector<double>> want;
+  for (const char* name : kGoldens) {
+    const fs::path t = tmp / (std::string(name) + "_t"), h = tmp / (std::string(name) + "_h");
+    to_tessera(kGolden / name, t);
+    to_hf(t, h, [](convert::TesseraToHfOptions& o) { o.dtype = "float32"; });
+    want.push_back(tessera_logits(converted_config(t), t, tokens, B, T));
+    cmd += " " + testing::shell_quote(h.string()) + " " +
+           testing::shell_quote((tmp / (std::string(name) + ".f32")).string());
+  }
+  cmd += " >" + testing::shell_quote((tmp / "py.txt").string()) + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string py_out = read_file(tmp / "py.txt");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << py_out;
+  for (const char* cls : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                          "GPT2LMHeadModel", "MixtralForCausalLM", "GptOssForCausalLM"})
+    EXPECT_TRUE(has(py_out, std::string(cls) + " torch.float32")) << cls << "\n" << py_out;
+  for (size_t m = 0; m < want.size(); ++m) {
+    SCOPED_TRACE(kGoldens[m]);
+    const std::string bytes = read_file(tmp / (std::string(kGoldens[m]) + ".f32"));
     ASSERT_EQ(bytes.size(), want[m].size() * 4);
     std::vector<double> got(want[m].size());
     for (size_t i = 0; i < got.size(); ++i) {
