@@ -181,8 +181,8 @@ TEST_P(Import, TesseraGivesTransformersLogits) {
 // Every family's goldens (make_convert_golden.py). gpt_oss_mxfp4's experts are MXFP4: its logits
 // are transformers' with the weights transformers dequantises (the dequantised values are exact
 // in float32, so the same tolerance holds).
-const char* const kGoldens[] = {"llama_gqa",    "llama_tied", "mistral_swa", "qwen2_tied",
-                                "qwen3_qknorm", "gpt2",       "mixtral",     "gpt_oss"};
+const char* const kGoldens[] = {"llama_gqa", "llama_tied", "mistral_swa", "qwen2_tied",   "qwen3_qknorm",
+                                "gpt2",      "mixtral",    "gpt_oss",     "gpt_oss_mxfp4"};
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::ValuesIn(kGoldens));
 
@@ -250,6 +250,46 @@ TEST(RoundTrip, IsBitwiseWithAnEquivalentConfig) {
     const std::string dtype = a.contains("torch_dtype") ? a["torch_dtype"] : a["dtype"];
     EXPECT_EQ(b["torch_dtype"], dtype);
   }
+}
+
+// Tessera's MXFP4 dequantisation equals transformers' own (integrations/mxfp4.py's
+// convert_moe_packed_tensors, float32 and bfloat16) bit for bit, on a crafted tensor holding every
+// byte value over exponents -20..+20 (make_convert_golden.py).
+TEST(MxFp4, DequantisesAsTransformersBitwise) {
+  const SafetensorsFile f((kGolden / "mxfp4_dequant.safetensors").string());
+  const Tensor blocks = f.get("blocks"), scales = f.get("scales"), want = f.get("dequantized");
+  ASSERT_EQ(blocks.dtype(), DType::kU8);
+  std::vector<float> got(static_cast<size_t>(want.numel()));
+  convert::dequantize_mxfp4(blocks, scales, Tensor(got.data(), want.shape(), DType::kF32), "golden", "w");
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0);
+  const Tensor bf16 = f.get("dequantized_bf16");  // exact in bfloat16 too
+  for (int64_t i = 0; i < bf16.numel(); ++i)
+    ASSERT_EQ(f32_to_bf16(got[static_cast<size_t>(i)]), bf16.ptr<uint16_t>()[i]) << i;
+}
+
+// An MXFP4 GPT-OSS (openai/gpt-oss-*'s layout) imports dequantised and exports in float32 without
+// quantization_config; the export's tensors are the dequantised values.
+TEST(MxFp4, ImportsDequantisedAndExportsUnquantised) {
+  TempDir tmp;
+  const convert::ConvertReport r = to_tessera(kGolden / "gpt_oss_mxfp4", tmp / "t");
+  EXPECT_EQ(
+      std::count_if(r.notes.begin(), r.notes.end(), [](const std::string& n) { return has(n, "MXFP4"); }), 4);
+  to_hf(tmp / "t", tmp / "h");
+  const convert::HfCheckpoint h(tmp / "h");
+  EXPECT_FALSE(h.config().contains("quantization_config"));
+  const Tensor w = h.get("model.layers.1.mlp.experts.down_proj");
+  EXPECT_EQ(w.shape(), (Shape{4, 32, 32}));
+  const convert::HfCheckpoint q(kGolden / "gpt_oss_mxfp4");
+  std::vector<float> want(static_cast<size_t>(w.numel()));
+  convert::dequantize_mxfp4(q.get("model.layers.1.mlp.experts.down_proj_blocks"),
+                            q.get("model.layers.1.mlp.experts.down_proj_scales"),
+                            Tensor(want.data(), w.shape(), DType::kF32), "golden", "w");
+  EXPECT_EQ(std::memcmp(w.data(), want.data(), w.nbytes()), 0);
+  // Quantization other than MXFP4, or on a family without MXFP4 experts, is refused.
+  json c = convert::read_json_file((kGolden / "gpt_oss_mxfp4" / "config.json").string());
+  c["quantization_config"]["quant_method"] = "gptq";
+  EXPECT_TRUE(
+      has(error_of([&] { convert::parse_hf_config(c, "c"); }, ErrorKind::kConfig), "quantized weights"));
 }
 
 // Mixtral's experts are one Linear per expert and projection (w1 gate, w3 up, w2 down, [out, in]);
