@@ -225,7 +225,9 @@ void parse_rope(const Reader& r, const HfFamily& fam, json& out) {
 // and "layer_types" (kAlternating).
 void parse_window(const Reader& r, const HfFamily& fam, json& out) {
   const json& j = r.j;
-  const int64_t layers = out.value("num_hidden_layers", out.value("n_layer", int64_t{0}));
+  int64_t layers = 0;  // the field that sets the decoder's layer count
+  for (const HfField& f : fam.fields)
+    if (f.tessera == "base_num_decoder_layers") layers = out[std::string(f.hf)].get<int64_t>();
   json alternating = json::array();
   for (int64_t l = 0; l < layers; ++l)
     alternating.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
