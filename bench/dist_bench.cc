@@ -60,13 +60,14 @@ Phase measure(tessera::train::Trainer& t, int steps) {
   p.bytes = {.all_reduce = (after.all_reduce - before.all_reduce) / steps,
              .all_gather = (after.all_gather - before.all_gather) / steps,
              .reduce_scatter = (after.reduce_scatter - before.reduce_scatter) / steps,
-             .broadcast = (after.broadcast - before.broadcast) / steps};
+             .broadcast = (after.broadcast - before.broadcast) / steps,
+             .all_to_all = (after.all_to_all - before.all_to_all) / steps};
   return p;
 }
 
 std::string bytes_json(const tessera::dist::TrafficCounters& b) {
-  return fmt::format("{{\"all_gather\": {}, \"reduce_scatter\": {}, \"all_reduce\": {}}}", b.all_gather,
-                     b.reduce_scatter, b.all_reduce);
+  return fmt::format("{{\"all_gather\": {}, \"reduce_scatter\": {}, \"all_reduce\": {}, \"all_to_all\": {}}}",
+                     b.all_gather, b.reduce_scatter, b.all_reduce, b.all_to_all);
 }
 
 }  // namespace
@@ -106,22 +107,24 @@ int main(int argc, char** argv) {
     const double hidden =
         serial_total > 0 ? 1 - (overlapped.blocked_seconds + overlapped.progress_seconds) / serial_total : 0;
     if (first)
-      std::cout << fmt::format(
-                       "{{\"ranks\": {}, \"threads\": {}, \"mesh\": \"data {} fsdp {}\", \"zero1\": {}, "
-                       "\"dtype\": \"{}\", \"step_seconds\": {:.4f}, \"best_step_seconds\": {:.4f}, "
-                       "\"tokens_per_second\": {:.1f}, "
-                       "\"best_tokens_per_second\": {:.1f}, "
-                       "\"blocked_seconds\": {:.4f}, \"progress_seconds\": {:.4f}, \"serial_step_seconds\": "
-                       "{:.4f}, "
-                       "\"serial_blocked_seconds\": {:.4f}, \"hidden_share\": {:.3f}, \"bytes\": {}, "
-                       "\"expected_bytes\": {}}}",
-                       ranks, cfg.num_threads, mesh->size(tessera::MeshAxis::kData),
-                       mesh->size(tessera::MeshAxis::kFsdp), cfg.shard_optimizer_over_data, cfg.dtype,
-                       overlapped.step_seconds, overlapped.best_step_seconds,
-                       tokens / overlapped.step_seconds, tokens / overlapped.best_step_seconds,
-                       overlapped.blocked_seconds, overlapped.progress_seconds, serial.step_seconds,
-                       serial_total, hidden, bytes_json(overlapped.bytes), bytes_json(expected))
-                << std::endl;
+      std::cout
+          << fmt::format(
+                 "{{\"ranks\": {}, \"threads\": {}, \"mesh\": \"data {} fsdp {} expert {}\", \"zero1\": {}, "
+                 "\"dtype\": \"{}\", \"step_seconds\": {:.4f}, \"best_step_seconds\": {:.4f}, "
+                 "\"tokens_per_second\": {:.1f}, "
+                 "\"best_tokens_per_second\": {:.1f}, "
+                 "\"blocked_seconds\": {:.4f}, \"progress_seconds\": {:.4f}, \"serial_step_seconds\": "
+                 "{:.4f}, "
+                 "\"serial_blocked_seconds\": {:.4f}, \"hidden_share\": {:.3f}, \"bytes\": {}, "
+                 "\"expected_bytes\": {}}}",
+                 ranks, cfg.num_threads, mesh->size(tessera::MeshAxis::kData),
+                 mesh->size(tessera::MeshAxis::kFsdp), mesh->size(tessera::MeshAxis::kExpert),
+                 cfg.shard_optimizer_over_data, cfg.dtype, overlapped.step_seconds,
+                 overlapped.best_step_seconds, tokens / overlapped.step_seconds,
+                 tokens / overlapped.best_step_seconds, overlapped.blocked_seconds,
+                 overlapped.progress_seconds, serial.step_seconds, serial_total, hidden,
+                 bytes_json(overlapped.bytes), bytes_json(expected))
+          << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "dist_bench: " << e.what() << "\n";
     tessera::dist::abort_job(1);

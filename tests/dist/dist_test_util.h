@@ -1,9 +1,11 @@
 // Helpers for the multi-process tests: the mpirun command line that works on one machine without a
 // network (loopback TCP only, no binding, oversubscription allowed, --allow-run-as-root only as
-// root), a temporary folder, and reading metrics_file JSON lines (run_command is in
+// root), a temporary folder, reading metrics_file JSON lines, and a child process whose output is
+// read as it comes (kill tests) (run_command is in
 // testing/process_util.h).
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,60 @@ inline std::map<int64_t, std::map<std::string, double>> read_metrics(const std::
     const int64_t step = j.at("step").get<int64_t>();
     for (auto& [k, v] : j.items())
       if (v.is_number()) out[step][k] = v.get<double>();
+  }
+  return out;
+}
+
+// /bin/sh -c "exec CMD" with stdout and stderr on a non-blocking pipe: the child is mpirun itself.
+struct PipedChild {
+  pid_t pid = -1;
+  int out = -1;
+  std::string text;
+  bool read_some() {  // false at end of output
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = read(out, buf, sizeof buf);
+      if (n > 0) {
+        text.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      return !(n == 0);
+    }
+  }
+};
+
+inline PipedChild spawn_piped(const std::string& cmd) {
+  const std::string full = "exec " + cmd;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return {pid, fds[0], ""};
+}
+
+// The processes whose parent is `parent` and whose name is `name` (from /proc/<pid>/stat).
+inline std::vector<pid_t> children_named(pid_t parent, const std::string& name) {
+  std::vector<pid_t> out;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && line.substr(open + 1, close - open - 1) == name) out.push_back(std::stoi(pid));
   }
   return out;
 }

@@ -4,14 +4,11 @@
 // running the command again resumes from the last complete checkpoint and logs the same losses,
 // bit for bit, as a run that was never interrupted (same mesh, same thread count: the same
 // arithmetic in the same order).
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "dist_test_util.h"
@@ -42,60 +39,6 @@ std::string train_command(const fs::path& out, const std::string& run) {
   return s;
 }
 
-// /bin/sh -c "exec CMD" with stdout and stderr on a non-blocking pipe: the child is mpirun itself.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-  std::string text;
-  bool read_some() {  // false at end of output
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = read(out, buf, sizeof buf);
-      if (n > 0) {
-        text.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      return !(n == 0);
-    }
-  }
-};
-
-Child spawn(const std::string& cmd) {
-  const std::string full = "exec " + cmd;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  return {pid, fds[0], ""};
-}
-
-// The processes whose parent is `parent` and whose name is `name` (from /proc/<pid>/stat).
-std::vector<pid_t> children_named(pid_t parent, const std::string& name) {
-  std::vector<pid_t> out;
-  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string line;
-    if (!std::getline(f, line)) continue;
-    const size_t open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && line.substr(open + 1, close - open - 1) == name) out.push_back(std::stoi(pid));
-  }
-  return out;
-}
-
 TEST(KillOneRank, JobEndsQuicklyAndTheSameCommandResumes) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (Debian: openmpi-bin)";
   testing::TempDir dir("dist-kill");
@@ -103,7 +46,7 @@ TEST(KillOneRank, JobEndsQuicklyAndTheSameCommandResumes) {
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
 
   const std::string cmd = train_command(dir.path, "killed");
-  Child c = spawn(cmd);
+  testing::PipedChild c = testing::spawn_piped(cmd);
   ASSERT_GT(c.pid, 0);
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (c.text.find("checkpoint 4: saved") == std::string::npos && Clock::now() < deadline) {
@@ -111,7 +54,7 @@ TEST(KillOneRank, JobEndsQuicklyAndTheSameCommandResumes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ASSERT_NE(c.text.find("checkpoint 4: saved"), std::string::npos) << c.text;
-  const std::vector<pid_t> ranks = children_named(c.pid, "tessera");
+  const std::vector<pid_t> ranks = testing::children_named(c.pid, "tessera");
   ASSERT_EQ(ranks.size(), 2u) << "mpirun's children";
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
   const auto killed_at = Clock::now();

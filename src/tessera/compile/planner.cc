@@ -25,14 +25,15 @@ void reject_unbuilt_parallelism(const Config& cfg) {
   const dist::MeshSizes sizes = mesh_sizes(cfg);
   for (int a = 0; a < kNumMeshAxes; ++a) {
     const auto axis = static_cast<MeshAxis>(a);
-    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor || sizes[a] == 1)
+    if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor ||
+        axis == MeshAxis::kExpert || sizes[a] == 1)
       continue;
     fail(
         ErrorKind::kConfig,
         "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
-        "fsdp and tensor only; {} parallelism{} is not in this build yet, so it cannot be planned either",
-        kMeshAxes[a].axis, sizes[a], kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key,
-        axis == MeshAxis::kExpert ? " (and mixture-of-experts layers)" : "");
+        "fsdp, tensor and expert only; {} parallelism is not in this build yet, so it cannot be planned "
+        "either",
+        kMeshAxes[a].axis, sizes[a], kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key);
   }
 }
 
@@ -47,10 +48,13 @@ RankPlan build_rank_plan(const Config& cfg, const dist::MeshSizes& coords) {
   models::ModelSpec spec = models::model_spec_from_config(cfg);
   models::set_tensor_parallel(spec, cfg, coords[static_cast<int>(MeshAxis::kTensor)]);
   // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
-  // data x fsdp ranks (tensor ranks share their rows).
-  const int64_t readers = sizes[static_cast<int>(MeshAxis::kData)] * sizes[static_cast<int>(MeshAxis::kFsdp)];
+  // data x fsdp x expert ranks (tensor ranks share their rows).
+  const int64_t readers = sizes[static_cast<int>(MeshAxis::kData)] *
+                          sizes[static_cast<int>(MeshAxis::kFsdp)] *
+                          sizes[static_cast<int>(MeshAxis::kExpert)];
   if (cfg.micro_batch_size_to_train_on % readers != 0)
-    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
+    fail(ErrorKind::kConfig,
+         "the micro-batch of {} sequences does not split over {} data x fsdp x expert rank(s)",
          cfg.micro_batch_size_to_train_on, readers);
   spec.batch = cfg.micro_batch_size_to_train_on / readers;
   graph::Graph g;
@@ -62,6 +66,7 @@ RankPlan build_rank_plan(const Config& cfg, const dist::MeshSizes& coords) {
   po.sharding.coords = coords;
   po.sharding.rules = cfg.logical_axis_rules;
   po.sharding.shard_optimizer_over_data = cfg.shard_optimizer_over_data;
+  po.sharding.ragged_buffer_factor = cfg.ragged_buffer_factor;
   return RankPlan{.coords = coords, .model = spec, .plan = graph::PlanSpec(std::move(g), po)};
 }
 

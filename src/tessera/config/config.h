@@ -73,7 +73,7 @@ inline constexpr std::array<MeshAxisInfo, kNumMeshAxes> kMeshAxes = {{
 }};
 
 // The logical axis names Tessera's models and passes use (the left side of logical_axis_rules).
-inline constexpr std::array<std::string_view, 16> kLogicalAxes = {"activation_batch",
+inline constexpr std::array<std::string_view, 19> kLogicalAxes = {"activation_batch",
                                                                   "activation_length",
                                                                   "activation_embed",
                                                                   "activation_heads",
@@ -88,7 +88,10 @@ inline constexpr std::array<std::string_view, 16> kLogicalAxes = {"activation_ba
                                                                   "kv_heads",
                                                                   "kv",
                                                                   "norm",
-                                                                  "exp"};
+                                                                  "exp",
+                                                                  "embed_moe",
+                                                                  "mlp_moe",
+                                                                  "moe_router"};
 
 // Every member above the "derived" line is a key and has one entry in the schema table
 // (schema.cc), which also gives its default and meaning; run `tessera help-config KEY`.
@@ -147,6 +150,7 @@ struct Config {
   // mixture of experts
   int64_t num_experts;
   int64_t num_experts_per_tok;
+  double ragged_buffer_factor;
   int64_t base_moe_mlp_dim;
   bool sparse_matmul;
   double capacity_factor;

@@ -211,6 +211,11 @@ void add_model_keys(std::vector<FieldSpec>& t) {
   moe.boolean("sparse_matmul", &Config::sparse_matmul, "true",
               "Dropless MoE: tokens sorted by expert and one grouped matmul over the ragged groups; false "
               "runs every expert on every token (dense), or drops tokens over capacity_factor.");
+  moe.real(
+      "ragged_buffer_factor", &Config::ragged_buffer_factor, "-1.0", or_minus_one(above(0), "the worst case"),
+      "Expert parallelism: each expert rank's receive buffer holds ragged_buffer_factor x its balanced "
+      "share of the dispatched rows (tokens x num_experts_per_tok); -1 sizes it for the worst case. A step "
+      "that routes more rows to a rank fails, naming the step and layer (no row is dropped).");
   moe.real("capacity_factor", &Config::capacity_factor, "-1.0", or_minus_one(above(0), "no capacity limit"),
            "With sparse_matmul=false: each expert takes at most capacity_factor x its balanced share of a "
            "sequence's tokens; later tokens are dropped (they pass through the residual).");
@@ -405,6 +410,8 @@ void add_parallelism_keys(std::vector<FieldSpec>& t) {
               [embed, [fsdp, sequence, tensor_transpose, context, expert]],
               [embed, [fsdp, fsdp_transpose, sequence, context, expert]],
               [embed, [fsdp, sequence, context, expert]],
+              [embed_moe, [fsdp, fsdp_transpose, sequence, context]],
+              [embed_moe, [fsdp, sequence, context]],
               [norm, [tensor, tensor_transpose]],
               [kv, []],
               [exp, [expert]]])",

@@ -28,11 +28,15 @@ enum class ReduceOp { kSum, kMax };
 // logs' figures): all_reduce and broadcast count the buffer, all_gather the gathered result
 // (size() x count) and reduce_scatter its input (size() x count), so FSDP's analytic figure is
 // 2 gathers + 1 reduce-scatter of the parameters. On a ring each rank sends (size() - 1) / size()
-// of an all-gather's or reduce-scatter's figure and twice that of an all-reduce's. Groups of one
-// count nothing.
+// of an all-gather's or reduce-scatter's figure and twice that of an all-reduce's. all_to_all
+// counts the whole send buffer (every row passed in, this rank's own part included: expert
+// parallelism's figure is then static, tokens x top-k x emb_dim x dtype size per exchange) or,
+// when the caller says so (AllToAllLayout::count_received), the whole receive buffer; and
+// all_to_all_remote the part of that buffer exchanged with other ranks. Groups of one count nothing.
 struct TrafficCounters {
   uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0;
-  uint64_t total() const { return all_reduce + all_gather + reduce_scatter + broadcast; }
+  uint64_t all_to_all = 0, all_to_all_remote = 0;
+  uint64_t total() const { return all_reduce + all_gather + reduce_scatter + broadcast + all_to_all; }
 };
 
 class Communicator {
@@ -68,6 +72,20 @@ class Communicator {
   virtual std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, size_t count,
                                                         DType dtype, bool accumulate = false) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(void* data, size_t count, DType dtype) = 0;  // sum
+  // The ragged all-to-all (MPI_Ialltoallv): rank r receives send_counts[r] elements from
+  // send + send_offsets[r], and this rank receives recv_counts[s] elements from rank s at
+  // recv + recv_offsets[s] (elements of `dtype`; size() entries each; the caller has exchanged the
+  // counts). Moved as bits, never reduced. A group of one copies its own part; this default does
+  // only that (the MPI communicator overrides it).
+  struct AllToAllLayout {
+    const size_t* send_counts;
+    const size_t* send_offsets;
+    const size_t* recv_counts;
+    const size_t* recv_offsets;
+    bool count_received = false;  // the traffic counters count the receive side (see above)
+  };
+  virtual std::unique_ptr<Request> all_to_all_async(const void* send, void* recv,
+                                                    const AllToAllLayout& layout, DType dtype);
   virtual void progress() {}
   // Memory this communicator holds for its non-blocking collectives' scratch (mapped once, reused).
   virtual size_t scratch_bytes() const { return 0; }

@@ -91,6 +91,12 @@ class MeshImpl final : public Mesh {
     }
     for (int a = 0; a < kNumMeshAxes; ++a) axis_[a] = make_group({static_cast<MeshAxis>(a)});
     groups_[key({MeshAxis::kData, MeshAxis::kFsdp})] = make_group({MeshAxis::kData, MeshAxis::kFsdp});
+    // Expert parallelism's groups (batch_group below, and the data x expert reductions of
+    // graph/param_sync.cc), made here so that every rank makes them in the same order.
+    for (const std::vector<MeshAxis>& v :
+         {std::vector<MeshAxis>{MeshAxis::kData, MeshAxis::kFsdp, MeshAxis::kExpert},
+          std::vector<MeshAxis>{MeshAxis::kData, MeshAxis::kExpert}})
+      groups_[key(v)] = make_group(v);
   }
 
   int64_t size(MeshAxis axis) const override { return ici_[idx(axis)] * dcn_[idx(axis)]; }
@@ -113,6 +119,8 @@ class MeshImpl final : public Mesh {
       t.all_gather += c.traffic().all_gather;
       t.reduce_scatter += c.traffic().reduce_scatter;
       t.broadcast += c.traffic().broadcast;
+      t.all_to_all += c.traffic().all_to_all;
+      t.all_to_all_remote += c.traffic().all_to_all_remote;
     };
     add(*world_);
     for (const auto& c : axis_) add(*c);
@@ -196,6 +204,20 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
 DeviceCount count_devices(Communicator& world) {
   const HostLayout l = host_layout(gather_host_names(world));
   return {.num_devices = world.size(), .num_slices = static_cast<int64_t>(l.hosts.size())};
+}
+
+Communicator& batch_group(Mesh& mesh) {
+  return mesh.axes({MeshAxis::kData, MeshAxis::kFsdp, MeshAxis::kExpert});
+}
+
+int64_t batch_readers(const Mesh& mesh) {
+  return mesh.size(MeshAxis::kData) * mesh.size(MeshAxis::kFsdp) * mesh.size(MeshAxis::kExpert);
+}
+
+int64_t batch_reader(const Mesh& mesh) {
+  return (mesh.coord(MeshAxis::kData) * mesh.size(MeshAxis::kFsdp) + mesh.coord(MeshAxis::kFsdp)) *
+             mesh.size(MeshAxis::kExpert) +
+         mesh.coord(MeshAxis::kExpert);
 }
 
 std::unique_ptr<Mesh> make_mesh(const Config& cfg, std::unique_ptr<Communicator> world) {

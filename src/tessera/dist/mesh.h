@@ -49,6 +49,14 @@ class Mesh {
 // Every rank's `mine`, by rank (collective over `comm`; strings of any length).
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
+// The ranks that read different rows of the batch: data x fsdp x expert (outside the MoE layers
+// the expert axis is one more data axis, as in MaxText's activation_batch rule), ranked with data
+// slowest; tensor ranks read the same rows. batch_reader() is this rank's index among them
+// (batch_group().rank()); with expert = 1 the group and the index are data x fsdp's.
+Communicator& batch_group(Mesh& mesh);
+int64_t batch_readers(const Mesh& mesh);
+int64_t batch_reader(const Mesh& mesh);
+
 // The devices of a job as config/ counts them: the world's size, and its hosts (slices): ranks
 // grouped by host name, every host running the same number of ranks (kConfig otherwise). Collective
 // over `world`.

@@ -125,6 +125,28 @@ class MpiRequest final : public Communicator::Request {
   const char* call_;
 };
 
+// MPI_Ialltoallv's request: its int counts and displacements must live until it completes.
+class AllToAllRequest final : public Communicator::Request {
+ public:
+  explicit AllToAllRequest(size_t ranks) : ints_(4 * ranks) {}
+  int* counts(int which) { return ints_.data() + static_cast<size_t>(which) * (ints_.size() / 4); }
+  MPI_Request* request() { return &req_; }
+  ~AllToAllRequest() override {
+    // As MpiRequest: complete before the buffers go, unless an exception unwinds (cli/ aborts).
+    if (req_ != MPI_REQUEST_NULL && mpi_active() && std::uncaught_exceptions() == 0)
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override {
+    if (req_ == MPI_REQUEST_NULL) return;
+    CollectiveScope scope("MPI_Ialltoallv");
+    check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Ialltoallv");
+  }
+
+ private:
+  std::vector<int> ints_;  // send counts, send displacements, receive counts, receive displacements
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+
 // ---- non-blocking collectives as point-to-point schedules
 
 // `dst[i] = a[i] + b[i]`, or with `accumulate` `dst[i] += a[i] + b[i]`, for the reducible dtypes.
@@ -449,6 +471,27 @@ class MpiCommunicator final : public Communicator {
     char* whole = static_cast<char*>(data);
     char* mine = whole + offsets[static_cast<size_t>(rank_)] * dtype_size(dtype);
     return start(P2pCollective::Kind::kAllReduce, dtype, whole, mine, std::move(offsets));
+  }
+
+  // MPI_Ialltoallv over byte counts (bf16 rows and f32 rows alike; MPI's counts are ints, so a
+  // part of more than INT_MAX bytes is refused by mpi_count).
+  std::unique_ptr<Request> all_to_all_async(const void* send, void* recv, const AllToAllLayout& l,
+                                            DType dtype) override {
+    if (size_ == 1) return Communicator::all_to_all_async(send, recv, l, dtype);
+    const size_t es = dtype_size(dtype);
+    auto r = std::make_unique<AllToAllRequest>(static_cast<size_t>(size_));
+    const size_t* from[4] = {l.send_counts, l.send_offsets, l.recv_counts, l.recv_offsets};
+    for (int w = 0; w < 4; ++w)
+      for (int q = 0; q < size_; ++q) r->counts(w)[q] = mpi_count(from[w][q] * es, "MPI_Ialltoallv");
+    const size_t* counted = l.count_received ? l.recv_counts : l.send_counts;
+    for (int q = 0; q < size_; ++q) {
+      traffic_.all_to_all += counted[q] * es;
+      if (q != rank_) traffic_.all_to_all_remote += counted[q] * es;
+    }
+    check(MPI_Ialltoallv(send, r->counts(0), r->counts(1), MPI_BYTE, recv, r->counts(2), r->counts(3),
+                         MPI_BYTE, comm_, r->request()),
+          "MPI_Ialltoallv");
+    return r;
   }
 
   // Moves every schedule in flight on (their rounds start only inside these calls and wait()); the

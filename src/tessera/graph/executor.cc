@@ -16,10 +16,10 @@ namespace tessera::graph {
 
 namespace {
 
-// The tensor axis's communicator (a one-process one on one device).
-dist::Communicator& tensor_group(dist::Mesh* mesh) {
+// A mesh axis's communicator (a one-process one on one device).
+dist::Communicator& axis_group(dist::Mesh* mesh, MeshAxis axis) {
   static const std::unique_ptr<dist::Communicator> one = dist::make_single_process_communicator();
-  return mesh ? mesh->axis(MeshAxis::kTensor) : *one;
+  return mesh ? mesh->axis(axis) : *one;
 }
 
 }  // namespace
@@ -35,7 +35,8 @@ Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<c
   ctx_.ws = &ws_;
   ctx_.backend = &backend_;
   ctx_.rope = rope_.get();
-  ctx_.tensor = &tensor_group(mesh_);
+  ctx_.tensor = &axis_group(mesh_, MeshAxis::kTensor);
+  ctx_.expert = &axis_group(mesh_, MeshAxis::kExpert);
   // Every node must have a kernel on the workspace's device, for its activations' dtype: a clear
   // error before the first step rather than inside one.
   for (const Node& n : spec_.graph().nodes()) {

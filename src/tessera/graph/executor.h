@@ -82,6 +82,9 @@ class Executor {
   const PlanSpec& spec() const { return spec_; }
   dist::Mesh* mesh() { return mesh_; }
   ParamSync* param_sync() { return sync_.get(); }  // nullptr on one device
+  // The training step the next passes belong to (named by run-time errors, e.g. an expert
+  // buffer's overflow); -1 until set.
+  void set_step(int64_t step) { ctx_.step = step; }
 
   // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
   // clock reads per node; off by default.

@@ -22,6 +22,7 @@ int64_t TensorParallel::ways(const std::string& logical) const {
 Shape global_shape(const Value& v) {
   Shape s = v.shape;
   if (v.tp.split()) s[v.tp.dim] = v.tp.global;
+  if (v.ep.split()) s[v.ep.dim] = v.ep.global;
   return s;
 }
 
@@ -93,6 +94,7 @@ ValueId Graph::compute_view(ValueId param, DType compute_dtype) {
           .kind = ValueKind::kParamCompute};
   c.master = param;
   c.tp = p.tp;
+  c.ep = p.ep;
   ValueId id = add_value(c);
   values_[param].compute_copy = id;
   return id;

@@ -78,6 +78,9 @@ struct Value {
   // small-M products stream row by row; matmuls read it with trans_b). Loaders transpose it.
   bool transposed = false;
   TensorShard tp{};  // the tensor-parallel shard this value holds (see above)
+  // Expert parallelism (sharding_expert.h): an expert weight [X, ...] holds the experts
+  // [offset, offset + shape[0]) of `global` along dim 0; its gradient and compute copy too.
+  TensorShard ep{};
 };
 
 // The shape of the whole tensor a (possibly tensor-parallel) value is a shard of.
@@ -138,8 +141,18 @@ enum class OpKind {
   kCachedAttention,
   kAdamW,  // in: param grad m v [compute copy]     (updates in place)
   kSgd,    // in: param grad [compute copy]         (updates in place)
+  // Expert parallelism (sharding_expert.h): the ragged all-to-alls over the expert axis around the
+  // grouped matmuls of this rank's Xl = X / EP experts. Rb: the receive buffer's rows.
+  // kMoeToExperts: in: xs [R,E] (sorted by expert), sizes [X]
+  //                out: xl [Rb,E] (sorted by local expert), local sizes [Xl] i32, counts [EP,X] i32,
+  //                     staging [Rb,E]
+  kMoeToExperts,
+  kMoeToExpertsBwd,    // in: dxl [Rb,E], counts                out: dxs [R,E], staging [Rb,E]
+  kMoeFromExperts,     // in: yl [Rb,E], counts                 out: ys [R,E], staging [Rb,E]
+  kMoeFromExpertsBwd,  // in: dys [R,E], counts                 out: dyl [Rb,E], staging [Rb,E]
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSgd) + 1;  // the last kind above, plus one
+// The last kind above, plus one.
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kMoeFromExpertsBwd) + 1;
 
 // The op's name as logs, profiles and backends spell it ("matmul", "rms_norm_bwd", ...).
 const char* op_name(OpKind op);
@@ -194,9 +207,19 @@ struct GroupedMatmulAttrs {  // c = a·op(b[g]) per group, or the per-group weig
   bool trans_b = false, weight_grad = false, accumulate = false;
   int64_t useful_rows = 0;  // rows the FLOP count charges: N * k (the dense path computes N * X)
 };
+// The expert-axis exchange (kMoeToExperts and kin): X experts over `ranks` expert ranks of which
+// this is `rank` (each holds X / ranks consecutive experts), a receive buffer of `buffer_rows`
+// rows, and what an overflow message names (ragged_buffer_factor, the layer).
+struct MoeExchangeAttrs {
+  int64_t experts = 0, ranks = 1, rank = 0;
+  int64_t rows = 0;         // R: the rows this rank dispatches (N * k)
+  int64_t buffer_rows = 0;  // Rb
+  double buffer_factor = -1;
+};
 using NodeAttrs =
     std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
-                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs, ScalarAttrs>;
+                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs, ScalarAttrs,
+                 MoeExchangeAttrs>;
 
 struct Node {
   OpKind op;

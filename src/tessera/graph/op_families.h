@@ -13,5 +13,6 @@ std::vector<OpDef> vocab_op_defs();       // op_vocab.cc: embedding, cross_entro
 std::vector<OpDef> collective_op_defs();  // op_collective.cc: tp_copy, tp_all_reduce
 std::vector<OpDef> moe_op_defs();     // op_moe.cc: routing, load balance, dispatch, grouped matmul, combine
 std::vector<OpDef> update_op_defs();  // op_update.cc: adamw, sgd
+std::vector<OpDef> expert_op_defs();  // op_expert.cc: moe_to_experts, moe_from_experts
 
 }  // namespace tessera::graph

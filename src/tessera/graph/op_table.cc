@@ -15,8 +15,8 @@ namespace {
 std::array<OpDef, kNumOpKinds> gather() {
   std::array<OpDef, kNumOpKinds> table{};
   std::array<bool, kNumOpKinds> seen{};
-  for (auto family :
-       {dense_op_defs, attention_op_defs, vocab_op_defs, collective_op_defs, moe_op_defs, update_op_defs})
+  for (auto family : {dense_op_defs, attention_op_defs, vocab_op_defs, collective_op_defs, moe_op_defs,
+                      update_op_defs, expert_op_defs})
     for (const OpDef& d : family()) {
       const int i = static_cast<int>(d.kind);
       TESSERA_ASSERT(i >= 0 && i < kNumOpKinds && !seen[i] && d.name != nullptr && d.run != nullptr);

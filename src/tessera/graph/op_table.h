@@ -37,7 +37,7 @@ class ShardBuilder;  // sharding.h
 class Workspace;     // workspace.h
 
 // What a node's kernel call needs besides the node: the tensors (the workspace's views), the
-// device's backend, the RoPE table, the tensor axis's communicator and the optimizer step's
+// device's backend, the RoPE table, the tensor and expert axes' communicators and the optimizer step's
 // hyperparameters (set by the executor before the optimizer nodes run).
 struct RunContext {
   const Graph* graph = nullptr;
@@ -45,6 +45,8 @@ struct RunContext {
   backends::Backend* backend = nullptr;
   const ops::RopeTable* rope = nullptr;
   dist::Communicator* tensor = nullptr;  // the tensor axis's group (one process on one device)
+  dist::Communicator* expert = nullptr;  // the expert axis's group (sharding_expert.h)
+  int64_t step = -1;                     // the training step, for error messages (-1: unknown)
   ops::AdamWHyperparams adamw;
   double sgd_lr = 0;
   double grad_scale = 1;  // the clip scale over the gradient divisor

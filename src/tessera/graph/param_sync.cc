@@ -7,6 +7,7 @@
 #include "tessera/backends/backend.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/sharding.h"
+#include "tessera/graph/sharding_expert.h"
 #include "tessera/ops/optimizer.h"
 
 namespace tessera::graph {
@@ -30,7 +31,9 @@ ParamSync::ParamSync(const PlanSpec& spec, Workspace& workspace, dist::Mesh& mes
       mesh_(mesh),
       fsdp_(mesh.axis(MeshAxis::kFsdp)),
       data_(mesh.axis(MeshAxis::kData)),
-      batch_(mesh.axes({MeshAxis::kData, MeshAxis::kFsdp})) {
+      batch_(mesh.axes({MeshAxis::kData, MeshAxis::kFsdp})),
+      batch_expert_(mesh.axes({MeshAxis::kData, MeshAxis::kFsdp, MeshAxis::kExpert})),
+      data_expert_(mesh.axes({MeshAxis::kData, MeshAxis::kExpert})) {
   outer_gathers_.resize(spec_.layouts().size());
   outer_reqs_.resize(spec_.layouts().size());
   auto grow = [](auto& per_layer, int layer) {
@@ -90,9 +93,12 @@ ParamSync::GatherRef ParamSync::gather_ref(const Collective& c) const {
 }
 
 dist::Communicator& ParamSync::group(const std::vector<MeshAxis>& axes) const {
-  if (axes.size() == 2) return batch_;
-  TESSERA_ASSERT(axes.size() == 1 && (axes[0] == MeshAxis::kFsdp || axes[0] == MeshAxis::kData));
-  return axes[0] == MeshAxis::kFsdp ? fsdp_ : data_;
+  using A = MeshAxis;
+  if (axes == std::vector<A>{A::kData, A::kFsdp}) return batch_;
+  if (axes == std::vector<A>{A::kData, A::kFsdp, A::kExpert}) return batch_expert_;
+  if (axes == std::vector<A>{A::kData, A::kExpert}) return data_expert_;
+  TESSERA_ASSERT(axes.size() == 1 && (axes[0] == A::kFsdp || axes[0] == A::kData));
+  return axes[0] == A::kFsdp ? fsdp_ : data_;
 }
 
 // The per-node form of the schedule for one kind of pass: an evaluation pass (forward_only) runs
@@ -266,15 +272,16 @@ void ParamSync::finish_gradients() {
   drain_grad_slot(grad_slots_[1]);
   wait_all(pending_);
   if (before_update_.empty()) return;
-  for (const Collective* c : before_update_) {  // step 2: the pieces over data
+  for (const Collective* c : before_update_) {  // step 2: the pieces over data (x expert)
     const Tensor& state = ws_.state(c->value);
+    dist::Communicator& comm = group(c->group);
     if (c->kind == CollectiveKind::kReduceScatter) {
       const Tensor& piece = ws_.opt_view(c->value);
-      pending_.push_back(data_.reduce_scatter_async(state.data(), piece.data(),
-                                                    static_cast<size_t>(piece.numel()), DType::kF32));
+      pending_.push_back(comm.reduce_scatter_async(state.data(), piece.data(),
+                                                   static_cast<size_t>(piece.numel()), DType::kF32));
     } else {
       pending_.push_back(
-          data_.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
+          comm.all_reduce_async(state.data(), static_cast<size_t>(state.numel()), DType::kF32));
     }
   }
   wait_all(pending_);
@@ -328,6 +335,8 @@ void ParamSync::progress() {
   fsdp_.progress();
   data_.progress();
   batch_.progress();
+  batch_expert_.progress();
+  data_expert_.progress();
   progress_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -340,7 +349,7 @@ double ParamSync::sq_norm(bool grads) {
     const Tensor t = grads ? ws_.opt_view(spec_.graph().value(L.param).grad) : ws_.state(L.param);
     const double norm = ops::global_norm(std::span<const Tensor>(&t, 1));
     // Each distinct piece is held by world / pieces ranks: count it once over the mesh.
-    const int64_t pieces = L.fsdp_parts * L.tensor_parts * (grads ? L.opt_parts : 1);
+    const int64_t pieces = L.fsdp_parts * L.tensor_parts * L.expert_parts * (grads ? L.opt_parts : 1);
     sum += norm * norm * static_cast<double>(pieces) / static_cast<double>(world);
   }
   mesh_.world().all_reduce_f64(&sum, 1);
@@ -387,11 +396,14 @@ dist::TrafficCounters expected_traffic(const PlanSpec& spec, int64_t micro_steps
         break;
     }
   }
-  // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h).
+  // Tensor parallelism: the activations' all-reduces of every micro-step (graph.h); expert
+  // parallelism: the ragged all-to-alls' send buffers (sharding_expert.h).
   reduce += micro * tensor_parallel_traffic(spec.graph()).total();
+  const ExpertParallelTraffic ep = expert_parallel_traffic(spec.graph());
   return {.all_reduce = static_cast<uint64_t>(reduce),
-          .all_gather = static_cast<uint64_t>(gather),
-          .reduce_scatter = static_cast<uint64_t>(scatter)};
+          .all_gather = static_cast<uint64_t>(gather + micro * ep.count_bytes),
+          .reduce_scatter = static_cast<uint64_t>(scatter),
+          .all_to_all = static_cast<uint64_t>(micro * ep.total())};
 }
 
 }  // namespace tessera::graph

@@ -115,7 +115,9 @@ class ParamSync {
   dist::Mesh& mesh_;
   dist::Communicator& fsdp_;
   dist::Communicator& data_;
-  dist::Communicator& batch_;  // {data, fsdp}
+  dist::Communicator& batch_;         // {data, fsdp}
+  dist::Communicator& batch_expert_;  // {data, fsdp, expert}: whole parameters' gradients under EP
+  dist::Communicator& data_expert_;   // {data, expert}: step 2 of FSDP pieces under EP
   std::unique_ptr<Schedule> full_, forward_;
   const Schedule* active_ = nullptr;
   bool last_micro_step_ = true;

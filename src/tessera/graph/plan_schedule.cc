@@ -11,6 +11,9 @@
 //     over data (ZeRO-1 without FSDP), all-reduce over fsdp (ZeRO-1 with FSDP: data follows), or
 //     all-reduce over {data, fsdp}, each after the gradient's last writer;
 //   - with data > 1 and fsdp > 1, the pieces over data before the update; ZeRO-1's gathers after it.
+// Expert parallelism: a parameter whole over the expert axis (all but the expert weights) has
+// gradients from every expert rank's rows, so `data` above means data x expert for it
+// (PlanSharding::data_axes); the expert weights' gradients are this rank's experts' alone.
 // An evaluation pass runs the gathers whose wait node is a forward node.
 #include <algorithm>
 #include <map>
@@ -151,7 +154,12 @@ void add_layer_reductions(const Graph& g, const std::vector<ParamLayout>& layout
 // Step 1 of the other gradients, step 2 over data, and ZeRO-1's gathers after the update.
 void add_other_reductions(const Graph& g, const std::vector<ParamLayout>& layouts, const PassFacts& f,
                           const PlanSharding& sh, Schedule& out) {
-  const int64_t data = sh.size(MeshAxis::kData), fsdp = sh.size(MeshAxis::kFsdp);
+  const int64_t fsdp = sh.size(MeshAxis::kFsdp);
+  auto ranks = [&](const std::vector<MeshAxis>& axes) {
+    int64_t n = 1;
+    for (MeshAxis a : axes) n *= sh.size(a);
+    return n;
+  };
   // The other gradients, in the order their last writers run (then by layout).
   std::vector<size_t> ready;
   for (size_t k = 0; k < layouts.size(); ++k)
@@ -169,23 +177,26 @@ void add_other_reductions(const Graph& g, const std::vector<ParamLayout>& layout
                  -1,
                  4 * numel(L.sharded() ? v.shape : L.stored.shape),
                  f.last_writer[k]};
+    const std::vector<MeshAxis> data_axes = sh.data_axes(L);
     if (L.sharded()) {
       c.kind = CollectiveKind::kReduceScatter;
     } else if (L.opt_parts > 1 && fsdp == 1) {
       c.kind = CollectiveKind::kReduceScatter;
       c.group = kD;
     } else if (L.opt_parts == 1) {
-      c.group = {MeshAxis::kData, MeshAxis::kFsdp};
-      if (data * fsdp == 1) continue;  // nothing to reduce (tensor parallelism alone)
+      c.group = data_axes;
+      c.group.insert(c.group.begin() + 1, MeshAxis::kFsdp);  // {data, fsdp[, expert]}
+      if (ranks(c.group) == 1) continue;                     // nothing to reduce (tensor parallelism alone)
     }
     out.push_back(c);
   }
   // Step 2 over data, then ZeRO-1's gathers.
   for (const ParamLayout& L : layouts) {
-    if (data == 1 || fsdp == 1 || (!L.sharded() && L.opt_parts == 1)) continue;
+    const std::vector<MeshAxis> data_axes = sh.data_axes(L);
+    if (ranks(data_axes) == 1 || fsdp == 1 || (!L.sharded() && L.opt_parts == 1)) continue;
     out.push_back({CollectiveWhen::kBeforeUpdate,
-                   L.opt_parts > 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, kD, L.param,
-                   g.value(L.param).grad, -1, 4 * numel(L.stored.shape)});
+                   L.opt_parts > 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, data_axes,
+                   L.param, g.value(L.param).grad, -1, 4 * numel(L.stored.shape)});
   }
   for (const ParamLayout& L : layouts) {
     if (L.opt_parts == 1) continue;
@@ -238,6 +249,11 @@ size_t scratch_estimate(const Schedule& schedule, const PlanSharding& sh) {
 }
 
 }  // namespace
+
+std::vector<MeshAxis> PlanSharding::data_axes(const ParamLayout& L) const {
+  if (L.expert_parts > 1 || size(MeshAxis::kExpert) == 1) return {MeshAxis::kData};
+  return {MeshAxis::kData, MeshAxis::kExpert};
+}
 
 void PlanSpec::build_schedule() {
   collectives_.clear();

@@ -15,6 +15,7 @@
 #include "tessera/graph/memory_plan.h"
 #include "tessera/graph/op_table.h"
 #include "tessera/graph/sharding.h"
+#include "tessera/graph/sharding_expert.h"
 
 namespace tessera::graph {
 
@@ -48,11 +49,15 @@ ValueId master_of(const Value& v, ValueId id) {
 // offset along the split dimension). Pieces are in global coordinates so that init
 // (models/init.cc: whole_index is the global element) and checkpoints (their "piece:" metadata,
 // restored on any mesh) see the same tensor at every tensor-parallel size.
+// Expert parallelism's split of an expert weight's dim 0 (Value::ep) is applied the same way.
 dist::Piece tensor_slice(const Value& v) {
   dist::Piece p = dist::whole_piece(global_shape(v));
-  if (!v.tp.split()) return p;
-  const int64_t parts = v.tp.global / v.shape[v.tp.dim];
-  return dist::split_piece(p, v.tp.dim, parts, v.tp.offset / v.shape[v.tp.dim]);
+  for (const TensorShard* s : {&v.tp, &v.ep}) {
+    if (!s->split()) continue;
+    const int64_t parts = s->global / v.shape[s->dim];
+    p = dist::split_piece(p, s->dim, parts, s->offset / v.shape[s->dim]);
+  }
+  return p;
 }
 
 // Rows [first, first + rows) of a placed tensor (dimension-0 pieces are contiguous).
@@ -74,6 +79,9 @@ int64_t PlanSharding::world() const {
 PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     : graph_(std::move(forward)), has_graph_(true), sharding_(opts.sharding) {
   shard_tensor_parallel(graph_);
+  shard_expert_parallel(graph_, ExpertParallel{.size = sharding_.size(MeshAxis::kExpert),
+                                               .rank = sharding_.coord(MeshAxis::kExpert),
+                                               .ragged_buffer_factor = sharding_.ragged_buffer_factor});
   if (graph_.inference()) {
     TESSERA_CHECK(graph_.loss() == kNoValue && graph_.aux_losses().empty() && sharding_.world() == 1,
                   ErrorKind::kInternal, "an inference graph has no loss and runs on one device");
@@ -120,12 +128,21 @@ void PlanSpec::make_layouts() {
     }
   }
   const int64_t f = sharding_.size(MeshAxis::kFsdp), dp = sharding_.size(MeshAxis::kData);
+  TESSERA_CHECK(
+      !(sharding_.shard_optimizer_over_data && sharding_.size(MeshAxis::kExpert) > 1), ErrorKind::kConfig,
+      "shard_optimizer_over_data (ZeRO-1) together with expert parallelism ({} expert ranks) is not "
+      "in this build yet: set shard_optimizer_over_data=false, or use FSDP (ici_fsdp_parallelism)",
+      sharding_.size(MeshAxis::kExpert));
   for (ValueId p : graph_.params()) {
     const Value& v = values[p];
     ParamLayout L;
     L.param = p;
     L.layer = std::max(layer[p], -1);
     L.dim_axes = dist::mesh_axes_for(v.logical_axes, v.shape, sharding_.rules, sharding_.sizes);
+    // The expert axis: an expert weight's experts are already split (sharding_expert.h, Value::ep);
+    // every other parameter is whole over it (Tessera's FSDP shards over fsdp alone; outside the
+    // MoE layers the expert axis is a data axis, and their gradients are summed over it).
+    for (auto& axes : L.dim_axes) std::erase(axes, MeshAxis::kExpert);
     for (int d = 0; d < v.shape.rank(); ++d) {
       const auto& axes = L.dim_axes[static_cast<size_t>(d)];
       const bool fsdp = std::find(axes.begin(), axes.end(), MeshAxis::kFsdp) != axes.end();
@@ -144,6 +161,7 @@ void PlanSpec::make_layouts() {
     }
     L.stored = tensor_slice(v);
     if (v.tp.split()) L.tensor_parts = v.tp.global / v.shape[v.tp.dim];
+    if (v.ep.split()) L.expert_parts = v.ep.global / v.shape[v.ep.dim];
     if (f > 1 && L.fsdp_dim >= 0 && v.shape[L.fsdp_dim] % f == 0) {
       L.fsdp_parts = f;
       L.fsdp_index = sharding_.coord(MeshAxis::kFsdp);
@@ -320,6 +338,53 @@ std::string PlanSpec::sharding_summary() const {
   return s;
 }
 
+// From the node records, so that a loaded plan (no graph) says the same: kernels by kind, the
+// collectives of the schedule and the graph's own (tensor all-reduces, expert all-to-alls), and the
+// bytes per mesh axis group as communicator.h counts them. Everything is per step of one
+// micro-step (gradient accumulation repeats the every-pass entries and the graph's collectives).
+std::string PlanSpec::step_summary() const {
+  int64_t gathers = 0, scatters = 0, reduces = 0, to_alls = 0, attention = 0, grouped = 0;
+  std::map<std::string, double> bytes;  // mesh axis group -> bytes
+  for (const Collective& c : collectives_) {
+    (c.kind == CollectiveKind::kAllGather       ? gathers
+     : c.kind == CollectiveKind::kReduceScatter ? scatters
+                                                : reduces) += 1;
+    bytes[dist::axes_name(c.group)] += static_cast<double>(c.bytes);
+  }
+  auto size_of = [](const Placement& p) {
+    return static_cast<double>(p.shape.numel() * dtype_size(p.dtype));
+  };
+  for (const NodeRecord& n : nodes_) {
+    if (n.op == "attention" || n.op == "attention_bwd") ++attention;
+    if (n.op == "grouped_matmul") ++grouped;
+    if (n.op == "tp_all_reduce") {
+      ++reduces;
+      bytes["tensor"] += 4.0 * static_cast<double>(n.in[0].shape.numel());
+    }
+    // The exchanges' [R, E] side: the dispatch's input, the combine's output (sharding_expert.h).
+    if (n.op == "moe_to_experts" || n.op == "moe_from_experts_bwd") {
+      ++to_alls;
+      bytes["expert"] += size_of(n.in[0]);
+    }
+    if (n.op == "moe_from_experts" || n.op == "moe_to_experts_bwd") {
+      ++to_alls;
+      bytes["expert"] += size_of(n.out[0]);
+    }
+    if (n.op == "moe_to_experts") {
+      ++gathers;
+      bytes["expert"] += size_of(n.out[2]);
+    }
+  }
+  std::string per_axis;
+  for (const auto& [axes, b] : bytes)
+    per_axis += fmt::format("{}{} {:.3f} MiB", per_axis.empty() ? "" : ", ", axes, b / (1 << 20));
+  return fmt::format(
+      "plan: per step: {} plan nodes, {} all-gathers, {} reduce-scatters, {} all-reduces, {} all-to-alls, {} "
+      "attention kernels, {} grouped matmuls; bytes per mesh axis: {}\n",
+      nodes_.size(), gathers, scatters, reduces, to_alls, attention, grouped,
+      per_axis.empty() ? "none" : per_axis);
+}
+
 std::string PlanSpec::summary() const {
   const FlopReport& f = flops_;
   const MemoryReport& m = memory_;
@@ -330,6 +395,7 @@ std::string PlanSpec::summary() const {
   s += fmt::format("plan: GFLOP per micro-step: forward {:.2f}, backward {:.2f}, recompute {:.2f}\n",
                    f.forward / 1e9, f.backward / 1e9, f.recompute / 1e9);
   s += sharding_summary();
+  s += step_summary();
   s += fmt::format(
       "plan: memory{}: parameters {}, compute copies {}, gradients {}, optimizer state {}, "
       "inputs {}, {}activations {} (lower bound {}), total {}",

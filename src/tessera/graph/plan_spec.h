@@ -39,14 +39,20 @@
 
 namespace tessera::graph {
 
+struct ParamLayout;
+
 // The mesh as the plan needs it: sizes and this rank's coordinates (no communicators).
 struct PlanSharding {
   dist::MeshSizes sizes = ones();
   dist::MeshSizes coords{};
   std::vector<AxisRule> rules;
   bool shard_optimizer_over_data = false;
+  double ragged_buffer_factor = -1;  // expert parallelism's receive buffers (sharding_expert.h)
 
   int64_t size(MeshAxis a) const { return sizes[static_cast<int>(a)]; }
+  // The group a gradient is summed over besides fsdp: data, and expert too for a parameter that is
+  // whole over the expert axis (every parameter but the expert weights).
+  std::vector<MeshAxis> data_axes(const ParamLayout& L) const;
   int64_t coord(MeshAxis a) const { return coords[static_cast<int>(a)]; }
   int64_t world() const;
   static dist::MeshSizes ones() {
@@ -97,6 +103,7 @@ struct ParamLayout {
   int64_t fsdp_parts = 1, fsdp_index = 0;
   int64_t opt_parts = 1, opt_index = 0;  // ZeRO-1: the optimizer's piece of `stored` along dim 0
   int64_t tensor_parts = 1;              // tensor parallelism: the value is one of this many slices
+  int64_t expert_parts = 1;              // expert parallelism: this rank's experts are one of this many parts
   dist::Piece stored;                    // this rank's piece of the master, compute copy, gradient
   dist::Piece opt;                       // this rank's piece of the optimizer state
   // FSDP only: the values gathered for the nodes and the whole gradient's staging for the block
@@ -223,6 +230,9 @@ class PlanSpec {
   const FlopReport& flops() const { return flops_; }
   std::string summary() const;           // human-readable multi-line report
   std::string sharding_summary() const;  // one line per parameter kind (layers folded); empty: one device
+  // One line: what a step contains (kernels by kind, collectives by kind) and the bytes each mesh
+  // axis group moves, like XLA's compile summary.
+  std::string step_summary() const;
 
  private:
   PlanSpec() = default;  // from_json

@@ -37,14 +37,14 @@ bool names_tensor(const AxisRule* r) {
 }
 
 void refuse_other_axes(const Config& cfg, int64_t tp) {
-  for (MeshAxis a : {MeshAxis::kSequence, MeshAxis::kContext, MeshAxis::kExpert, MeshAxis::kStage,
-                     MeshAxis::kFsdpTranspose, MeshAxis::kTensorTranspose}) {
+  for (MeshAxis a : {MeshAxis::kSequence, MeshAxis::kContext, MeshAxis::kStage, MeshAxis::kFsdpTranspose,
+                     MeshAxis::kTensorTranspose}) {
     const int64_t n = axis_size(cfg, a);
     const auto& info = kMeshAxes[static_cast<size_t>(a)];
     if (n > 1)
       fail(ErrorKind::kConfig,
            "tensor parallelism ({}) with the {} axis of size {} (ici_{}_parallelism x dcn_{}_parallelism) is "
-           "not built: Tessera's tensor parallelism combines with the data and fsdp axes only",
+           "not built: Tessera's tensor parallelism combines with the data, fsdp and expert axes only",
            tp, info.axis, n, info.key, info.key);
   }
 }

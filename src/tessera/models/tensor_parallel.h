@@ -16,7 +16,7 @@
 // scales are whole on every tensor rank (their gradients come out equal on every rank).
 // Refused (kConfig): `embed` split over tensor (the sharded residual stream), a rule that splits
 // one of the five axes over tensor together with another mesh axis of size > 1 (e.g. mlp over
-// fsdp_transpose x tensor), and tensor parallelism together with the sequence, context, expert,
+// fsdp_transpose x tensor), and tensor parallelism together with the sequence, context,
 // pipeline (stage), fsdp_transpose or tensor_transpose axes.
 #pragma once
 

@@ -36,7 +36,8 @@ bool writes_piece(const dist::Mesh* mesh, const graph::ParamLayout& L, bool opt)
   const bool data_split = opt && L.opt_parts > 1;
   return (data_split || mesh->coord(MeshAxis::kData) == 0) &&
          (L.sharded() || mesh->coord(MeshAxis::kFsdp) == 0) &&
-         (L.tensor_parts > 1 || mesh->coord(MeshAxis::kTensor) == 0);
+         (L.tensor_parts > 1 || mesh->coord(MeshAxis::kTensor) == 0) &&
+         (L.expert_parts > 1 || mesh->coord(MeshAxis::kExpert) == 0);
 }
 
 std::string shard_name(const char* prefix, int rank, int n) {
@@ -179,7 +180,7 @@ std::vector<PieceTensor> named(const std::vector<Checkpointer::StateTensor>& lis
 void Checkpointer::prepare_sharded(int64_t step, const nlohmann::json& data_iterator,
                                    nlohmann::json& manifest) {
   const std::vector<std::string> states =
-      dist::all_gather_strings(mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}), data_iterator.dump());
+      dist::all_gather_strings(dist::batch_group(*mesh_), data_iterator.dump());
   nlohmann::json all = nlohmann::json::array();
   for (const std::string& st : states) all.push_back(nlohmann::json::parse(st));
   manifest["data_iterators"] = all;

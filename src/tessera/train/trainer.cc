@@ -48,17 +48,17 @@ void reject_unbuilt_options(const Config& cfg) {
 
 // Mesh axes whose machinery is not in this build, refused by name and size. Data and fsdp are
 // the engine's (graph/param_sync.h); the Llama builder splits heads, MLP and vocabulary over tensor
-// (models/tensor_parallel.h).
+// (models/tensor_parallel.h); the expert axis splits the MoE experts (graph/sharding_expert.h).
 void reject_unbuilt_parallelism(const dist::Mesh& mesh) {
   for (int a = 0; a < kNumMeshAxes; ++a) {
     const auto axis = static_cast<MeshAxis>(a);
     if (axis == MeshAxis::kData || axis == MeshAxis::kFsdp || axis == MeshAxis::kTensor ||
-        mesh.size(axis) == 1)
+        axis == MeshAxis::kExpert || mesh.size(axis) == 1)
       continue;
     fail(
         ErrorKind::kConfig,
         "the mesh's {} axis has size {} (ici_{}_parallelism x dcn_{}_parallelism): Tessera shards over data, "
-        "fsdp and tensor only; {} parallelism is not in this build yet",
+        "fsdp, tensor and expert only; {} parallelism is not in this build yet",
         kMeshAxes[a].axis, mesh.size(axis), kMeshAxes[a].key, kMeshAxes[a].key, kMeshAxes[a].key);
   }
 }
@@ -186,10 +186,11 @@ void Trainer::build_plan() {
   spec_ = models::model_spec_from_config(cfg_);
   models::set_tensor_parallel(spec_, cfg_, mesh_->coord(MeshAxis::kTensor));
   // MaxText's batch: per_device_batch_size x devices sequences per micro-step, split over the
-  // data x fsdp ranks (tensor ranks share their rows).
-  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
+  // data x fsdp x expert ranks (tensor ranks share their rows).
+  const int64_t readers = dist::batch_readers(*mesh_);
   if (cfg_.micro_batch_size_to_train_on % readers != 0)
-    fail(ErrorKind::kConfig, "the micro-batch of {} sequences does not split over {} data x fsdp rank(s)",
+    fail(ErrorKind::kConfig,
+         "the micro-batch of {} sequences does not split over {} data x fsdp x expert rank(s)",
          cfg_.micro_batch_size_to_train_on, readers);
   spec_.batch = cfg_.micro_batch_size_to_train_on / readers;
 
@@ -204,15 +205,15 @@ void Trainer::build_plan() {
   }
   po.sharding.rules = cfg_.logical_axis_rules;
   po.sharding.shard_optimizer_over_data = cfg_.shard_optimizer_over_data;
+  po.sharding.ragged_buffer_factor = cfg_.ragged_buffer_factor;
   plan_ = std::make_unique<graph::Plan>(std::move(g), po);
 }
 
-// The training (and eval) iterators: ranks along data x fsdp read disjoint rows; ranks along
-// tensor read the same ones.
+// The training (and eval) iterators: ranks along data x fsdp x expert read disjoint rows; ranks
+// along tensor read the same ones.
 void Trainer::open_data() {
-  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
-  const int64_t reader =
-      mesh_->coord(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp) + mesh_->coord(MeshAxis::kFsdp);
+  const int64_t readers = dist::batch_readers(*mesh_);
+  const int64_t reader = dist::batch_reader(*mesh_);
   auto data_options = [&](bool eval) {
     data::DataOptions o = data::data_options_from_config(cfg_, eval, readers, reader);
     o.batch = spec_.batch;
@@ -280,13 +281,13 @@ nlohmann::json Trainer::data_iterator_state() const {
   return data_->state();
 }
 
-// Each data x fsdp reader resumes its own position. A checkpoint of another number of readers
+// Each data x fsdp x expert reader resumes its own position. A checkpoint of another number of readers
 // carries over when the source is read as rows (synthetic data, packed token windows): reader r
 // of R has drawn `row` rows, i.e. global rows below row x R, which R' readers reach at row x R / R'.
 // Document streams (text, packing=false) have per-reader cursors that do not map: refused.
 void Trainer::restore_data_iterator(const CheckpointInfo& info) {
-  const int64_t readers = mesh_->size(MeshAxis::kData) * mesh_->size(MeshAxis::kFsdp);
-  const int64_t reader = mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}).rank();
+  const int64_t readers = dist::batch_readers(*mesh_);
+  const int64_t reader = dist::batch_reader(*mesh_);
   std::vector<data::IteratorState> saved;
   if (info.data_iterators.is_array())
     for (const auto& j : info.data_iterators) saved.push_back(j.get<data::IteratorState>());
@@ -391,6 +392,7 @@ StepMetrics Trainer::step() {
     counted += info.targets;
     if (daux != graph::kNoValue)
       plan_->view(daux).ptr<float>()[0] = static_cast<float>(static_cast<double>(info.targets) / aux_layers);
+    exec_->set_step(step_);
     loss_sum += exec_->forward_backward(/*last_micro_step=*/m == micro_steps - 1);
     if (daux != graph::kNoValue) lb_sum += exec_->aux_loss() * static_cast<double>(info.targets) / aux_layers;
   }
@@ -466,7 +468,7 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
 }
 
 void Trainer::sum_over_batch(double* values, size_t n) {
-  mesh_->axes({MeshAxis::kData, MeshAxis::kFsdp}).all_reduce_f64(values, n);
+  dist::batch_group(*mesh_).all_reduce_f64(values, n);
 }
 
 // The strongest signal any rank received (every rank must stop after the same step).
@@ -482,14 +484,23 @@ std::string Trainer::traffic_report(int64_t step, const dist::TrafficCounters& t
   const dist::TrafficCounters e = graph::expected_traffic(plan_->spec(), cfg_.gradient_accumulation_steps);
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   return fmt::format(
-      "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} MiB, "
-      "all-reduce {:.2f} MiB, broadcast {:.2f} MiB; expected from the layouts: all-gather {:.2f} MiB (less "
-      "the layers still gathered when the backward pass or the next micro-step starts), reduce-scatter "
-      "{:.2f} "
-      "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars); scratch of the non-blocking "
-      "collectives {:.2f} MiB\n",
-      step, mib(t.all_gather), mib(t.reduce_scatter), mib(t.all_reduce), mib(t.broadcast), mib(e.all_gather),
-      mib(e.reduce_scatter), mib(e.all_reduce), mib(mesh_->scratch_bytes()));
+             "collectives in step {} (this rank, buffer bytes): all-gather {:.2f} MiB, reduce-scatter {:.2f} "
+             "MiB, "
+             "all-reduce {:.2f} MiB, broadcast {:.2f} MiB; expected from the layouts: all-gather {:.2f} MiB "
+             "(less "
+             "the layers still gathered when the backward pass or the next micro-step starts), "
+             "reduce-scatter "
+             "{:.2f} "
+             "MiB, all-reduce {:.2f} MiB (+ loss, norm and signal scalars); scratch of the non-blocking "
+             "collectives {:.2f} MiB\n",
+             step, mib(t.all_gather), mib(t.reduce_scatter), mib(t.all_reduce), mib(t.broadcast),
+             mib(e.all_gather), mib(e.reduce_scatter), mib(e.all_reduce), mib(mesh_->scratch_bytes())) +
+         (e.all_to_all == 0 && t.all_to_all == 0
+              ? std::string()
+              : fmt::format(
+                    "all-to-alls in step {} (this rank's rows of its own tokens): {} bytes, of which {} "
+                    "to or from other ranks; expected from the plan: {} bytes\n",
+                    step, t.all_to_all, t.all_to_all_remote, e.all_to_all));
 }
 
 RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
@@ -507,10 +518,13 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
     const int sig = agree_on_signal(signals.received());
     if (m.step == step_at_start && mesh_->num_devices() > 1) {
       const dist::TrafficCounters now = mesh_->traffic();
-      log_ << traffic_report(m.step, {.all_reduce = now.all_reduce - traffic_at_start_.all_reduce,
-                                      .all_gather = now.all_gather - traffic_at_start_.all_gather,
-                                      .reduce_scatter = now.reduce_scatter - traffic_at_start_.reduce_scatter,
-                                      .broadcast = now.broadcast - traffic_at_start_.broadcast});
+      log_ << traffic_report(
+          m.step, {.all_reduce = now.all_reduce - traffic_at_start_.all_reduce,
+                   .all_gather = now.all_gather - traffic_at_start_.all_gather,
+                   .reduce_scatter = now.reduce_scatter - traffic_at_start_.reduce_scatter,
+                   .broadcast = now.broadcast - traffic_at_start_.broadcast,
+                   .all_to_all = now.all_to_all - traffic_at_start_.all_to_all,
+                   .all_to_all_remote = now.all_to_all_remote - traffic_at_start_.all_to_all_remote});
     }
     if (log_step) {
       m.param_norm = exec_->param_norm();

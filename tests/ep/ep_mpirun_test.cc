@@ -1,0 +1,262 @@
+// Expert parallelism across processes: `mpirun -np N tessera train ... ici_expert_parallelism=EP`
+// (alone and with fsdp, data and tensor parallelism) against the one-process run with the same
+// global batch, for the Mixtral and GPT-OSS test models: the same loss at each of 3 steps
+// (metrics_file) and the same parameters after them (the saved checkpoints, put back together from
+// their pieces' offsets); the all-to-alls' bytes against the analytic figure; the sharded
+// checkpoints restored on other meshes; an undersized receive buffer refused with the step, the
+// layer and the key. Float32, synthetic data, one thread per rank, SGD (see tp_mpirun_test.cc).
+//
+// Tolerances: the expert axis moves rows without arithmetic, so what differs from one process is
+// the order of the sums over ranks (gradients, losses) and of the grouped matmuls' rows within
+// a group; as in tp_mpirun_test.cc, 1e-6 relative on the loss and 3 x 2e-5 x lr per parameter
+// element after 3 clipped SGD steps. Skipped, visibly, where mpirun or the tessera binary is missing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "dist/dist_test_util.h"
+#include "tessera/core/safetensors.h"
+#include "testing/op_test_util.h"
+#include "testing/process_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::shell_quote;
+using testing::tessera_binary;
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.1;
+constexpr int kSeq = 32;
+
+struct Model {
+  const char* name;
+  int layers, emb, k;
+};
+constexpr Model kMixtral{"mixtral-test", 2, 64, 2};
+constexpr Model kGptOss{"gpt-oss-tiny", 4, 256, 2};
+
+class ExpertParallelMpirun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::is_regular_file(tessera_binary())) GTEST_SKIP() << "no tessera binary at " << tessera_binary();
+    if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (OpenMPI: scripts/setup.sh)";
+  }
+
+  // Trains `run` of `model` for `steps` on `np` ranks (np = 1: the plain process) with a global
+  // batch of `batch` sequences, a checkpoint after step 3 and one metrics line per step.
+  testing::CommandResult train(const Model& model, const std::string& run, int np,
+                               const std::vector<std::string>& extra, int steps = kSteps, int batch = 4) {
+    std::string cmd = np > 1 ? testing::mpirun(np) + " " : "OMP_NUM_THREADS=1 ";
+    cmd += shell_quote(tessera_binary().string()) + " train " +
+           shell_quote((fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string());
+    const std::vector<std::string> args = {"run_name=" + run,
+                                           "base_output_directory=" + dir_.path.string(),
+                                           std::string("model_name=") + model.name,
+                                           "steps=" + std::to_string(steps),
+                                           "per_device_batch_size=" + std::to_string(double(batch) / np),
+                                           "max_target_length=" + std::to_string(kSeq),
+                                           "dtype=float32",
+                                           "learning_rate=" + std::to_string(kLr),
+                                           "enable_checkpointing=true",
+                                           "async_checkpointing=false",
+                                           "checkpoint_period=3",
+                                           "enable_tensorboard=false",
+                                           "opt_type=sgd",
+                                           "remat_policy=none",
+                                           "metrics_file=" + (dir_.path / (run + ".jsonl")).string(),
+                                           "log_period=1",
+                                           "num_threads=1",
+                                           "device_peak_tflops=1"};
+    for (const std::string& a : args) cmd += " " + shell_quote(a);
+    for (const std::string& a : extra) cmd += " " + shell_quote(a);
+    return testing::run_command(cmd, 300);
+  }
+
+  std::map<int64_t, double> losses(const std::string& run) {
+    std::map<int64_t, double> out;
+    for (auto& [step, tags] : testing::read_metrics(dir_.path / (run + ".jsonl")))
+      if (tags.count("learning/loss")) out[step] = tags.at("learning/loss");
+    return out;
+  }
+
+  // Every parameter of the checkpoint after `step`, put together from its files' pieces.
+  std::map<std::string, std::vector<double>> params(const std::string& run, int step) {
+    std::map<std::string, std::vector<double>> out;
+    std::map<std::string, int64_t> filled;
+    const fs::path folder = dir_.path / run / "checkpoints" / std::to_string(step);
+    for (const auto& e : fs::directory_iterator(folder)) {
+      const std::string file = e.path().filename().string();
+      if (!file.starts_with("params") || !file.ends_with(".safetensors")) continue;
+      SafetensorsFile f(e.path().string());
+      for (const std::string& name : f.names()) {
+        const Tensor t = f.get(name);
+        std::vector<int64_t> offset(static_cast<size_t>(t.rank()), 0), whole;
+        for (int d = 0; d < t.rank(); ++d) whole.push_back(t.dim(d));
+        if (auto it = f.metadata().find("piece:" + name); it != f.metadata().end()) {
+          const std::string& m = it->second;  // "offset=a,b whole=c,d"
+          const size_t w = m.find(" whole=");
+          offset = ints(m.substr(7, w - 7));
+          whole = ints(m.substr(w + 7));
+        }
+        place(t, offset, whole, out[name]);
+        filled[name] += t.numel();
+      }
+    }
+    for (auto& [name, v] : out)
+      EXPECT_EQ(filled[name], static_cast<int64_t>(v.size())) << name << " in " << run;
+    return out;
+  }
+
+  void expect_same_training(const std::string& one, const std::string& many) {
+    const auto want = losses(one), got = losses(many);
+    ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(got.size(), want.size()) << many;
+    for (auto& [step, loss] : want)
+      EXPECT_NEAR(got.at(step), loss, 1e-6 * std::abs(loss)) << many << " step " << step;
+    const auto p_one = params(one, kSteps), p_many = params(many, kSteps);
+    ASSERT_EQ(p_one.size(), p_many.size());
+    for (auto& [name, w] : p_one) {
+      ASSERT_TRUE(p_many.count(name)) << name;
+      EXPECT_TRUE(testing::all_close(p_many.at(name), w, 0, kSteps * 2e-5 * kLr)) << many << ": " << name;
+    }
+  }
+
+  // Runs each mesh of `meshes` (np, overrides) against the one-process run.
+  void expect_meshes_train_like_one_process(
+      const Model& model, const std::vector<std::pair<int, std::vector<std::string>>>& meshes,
+      int batch = 4) {
+    const auto one = train(model, "one", 1, {}, kSteps, batch);
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    for (size_t i = 0; i < meshes.size(); ++i) {
+      const std::string run = "mesh" + std::to_string(i);
+      const auto r = train(model, run, meshes[i].first, meshes[i].second, kSteps, batch);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      expect_same_training("one", run);
+    }
+  }
+
+  testing::TempDir dir_{"ep-mpirun"};
+
+ private:
+  static std::vector<int64_t> ints(const std::string& s) {
+    std::vector<int64_t> out;
+    for (size_t pos = 0; pos < s.size();) {
+      size_t end = s.find(',', pos);
+      if (end == std::string::npos) end = s.size();
+      out.push_back(std::stoll(s.substr(pos, end - pos)));
+      pos = end + 1;
+    }
+    return out;
+  }
+  static void place(const Tensor& t, const std::vector<int64_t>& offset, const std::vector<int64_t>& whole,
+                    std::vector<double>& out) {
+    int64_t n = 1;
+    for (int64_t w : whole) n *= w;
+    if (out.empty()) out.assign(static_cast<size_t>(n), NAN);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t rest = i, gi = 0, stride = 1;
+      std::vector<int64_t> idx(whole.size());
+      for (int d = t.rank() - 1; d >= 0; --d) {
+        idx[d] = rest % t.dim(d) + offset[d];
+        rest /= t.dim(d);
+      }
+      for (int d = t.rank() - 1; d >= 0; --d) {
+        gi += idx[d] * stride;
+        stride *= whole[d];
+      }
+      out[static_cast<size_t>(gi)] = t.ptr<float>()[i];
+    }
+  }
+};
+
+const std::vector<std::string> kEp2 = {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1"};
+
+TEST_F(ExpertParallelMpirun, MixtralEp2AndEp2TimesFsdp2TrainLikeOneProcess) {
+  expect_meshes_train_like_one_process(
+      kMixtral, {{2, kEp2}, {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"}}});
+}
+
+TEST_F(ExpertParallelMpirun, MixtralEp4Ep2TimesDp2AndEp2TimesTp2TrainLikeOneProcess) {
+  expect_meshes_train_like_one_process(
+      kMixtral, {{4, {"ici_expert_parallelism=4", "ici_fsdp_parallelism=1"}},
+                 {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "ici_data_parallelism=2"}},
+                 {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "ici_tensor_parallelism=2"}}});
+}
+
+TEST_F(ExpertParallelMpirun, MixtralEpTimesFsdpTimesDpOnEightRanksTrainsLikeOneProcess) {
+  expect_meshes_train_like_one_process(
+      kMixtral, {{8, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2", "ici_data_parallelism=2"}}},
+      /*batch=*/8);
+}
+
+TEST_F(ExpertParallelMpirun, GptOssEp2Ep2TimesFsdp2AndEp4TrainLikeOneProcess) {
+  expect_meshes_train_like_one_process(kGptOss,
+                                       {{2, kEp2},
+                                        {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"}},
+                                        {4, {"ici_expert_parallelism=4", "ici_fsdp_parallelism=1"}}});
+}
+
+TEST_F(ExpertParallelMpirun, GptOssEp2TimesDp2AndEp2TimesTp2TrainLikeOneProcess) {
+  expect_meshes_train_like_one_process(
+      kGptOss, {{4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "ici_data_parallelism=2"}},
+                {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "ici_tensor_parallelism=2"}}});
+}
+
+// Each rank's all-to-alls move its own tokens' rows: N_loc x k x emb_dim x 4 bytes per exchange,
+// and a step without remat has 4 per layer (dispatch and combine, forward and backward).
+TEST_F(ExpertParallelMpirun, AllToAllBytesEqualTheAnalyticFigure) {
+  for (const auto& [np, mesh] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, kEp2}, {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"}}}) {
+    const auto r = train(kMixtral, "bytes" + std::to_string(np), np, mesh, 1);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const int64_t tokens = 4 / np * kSeq;  // this rank's N
+    const int64_t analytic = int64_t{kMixtral.layers} * 4 * tokens * kMixtral.k * kMixtral.emb * 4;
+    std::smatch m;
+    const std::regex line(
+        R"(all-to-alls in step 0 \(this rank's rows of its own tokens\): (\d+) bytes, of which (\d+) to or from other ranks; expected from the plan: (\d+) bytes)");
+    ASSERT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+    EXPECT_EQ(std::stoll(m[1]), analytic) << r.output;
+    EXPECT_EQ(std::stoll(m[3]), analytic);
+    EXPECT_LE(std::stoll(m[2]), analytic);
+    std::cout << "[ bytes    ] np " << np << ": all-to-alls " << m[1] << " bytes (analytic " << analytic
+              << "), " << m[2] << " of them to or from other ranks\n";
+    EXPECT_NE(r.output.find(" all-to-alls, "), std::string::npos) << r.output;
+  }
+}
+
+// A checkpoint sharded by expert (and fsdp) restores in one process and on another expert mesh,
+// and continues as the one-process run does.
+TEST_F(ExpertParallelMpirun, ShardedCheckpointsRestoreOnAnyMesh) {
+  const auto more = train(kMixtral, "one", 1, {}, kSteps + 1);
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  const auto saved = train(kMixtral, "ep2_fsdp2", 4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string from = "load_full_state_path=" + (dir_.path / "ep2_fsdp2" / "checkpoints" / "3").string();
+  const auto in_one = train(kMixtral, "in_one", 1, {from}, kSteps + 1);
+  ASSERT_EQ(in_one.exit_code, 0) << in_one.output;
+  const auto on_ep4 =
+      train(kMixtral, "on_ep4", 4, {from, "ici_expert_parallelism=4", "ici_fsdp_parallelism=1"}, kSteps + 1);
+  ASSERT_EQ(on_ep4.exit_code, 0) << on_ep4.output;
+  const double want = losses("one").at(kSteps);
+  EXPECT_NEAR(losses("in_one").at(kSteps), want, 1e-5 * std::abs(want));
+  EXPECT_NEAR(losses("on_ep4").at(kSteps), want, 1e-5 * std::abs(want));
+}
+
+// A receive buffer below the step's load fails on every rank, naming the step, layer and key.
+TEST_F(ExpertParallelMpirun, AnOverflowingBufferNamesStepLayerAndKey) {
+  const auto r = train(kMixtral, "small", 2,
+                       {"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "ragged_buffer_factor=0.25"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(step 0, layer 0)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("raise ragged_buffer_factor"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tessera
