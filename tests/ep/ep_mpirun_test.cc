@@ -234,15 +234,19 @@ TEST_F(ExpertParallelMpirun, AllToAllBytesEqualTheAnalyticFigure) {
 // A checkpoint sharded by expert (and fsdp) restores in one process and on another expert mesh,
 // and continues as the one-process run does.
 TEST_F(ExpertParallelMpirun, ShardedCheckpointsRestoreOnAnyMesh) {
-  const auto more = train(kMixtral, "one", 1, {}, kSteps + 1);
+  // One learning-rate schedule for the 3-step run that saves and the 4-step runs.
+  const std::string schedule = "learning_rate_schedule_steps=" + std::to_string(kSteps + 1);
+  const auto more = train(kMixtral, "one", 1, {schedule}, kSteps + 1);
   ASSERT_EQ(more.exit_code, 0) << more.output;
-  const auto saved = train(kMixtral, "ep2_fsdp2", 4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"});
+  const auto saved =
+      train(kMixtral, "ep2_fsdp2", 4, {schedule, "ici_expert_parallelism=2", "ici_fsdp_parallelism=2"});
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const std::string from = "load_full_state_path=" + (dir_.path / "ep2_fsdp2" / "checkpoints" / "3").string();
-  const auto in_one = train(kMixtral, "in_one", 1, {from}, kSteps + 1);
+  const auto in_one = train(kMixtral, "in_one", 1, {schedule, from}, kSteps + 1);
   ASSERT_EQ(in_one.exit_code, 0) << in_one.output;
   const auto on_ep4 =
-      train(kMixtral, "on_ep4", 4, {from, "ici_expert_parallelism=4", "ici_fsdp_parallelism=1"}, kSteps + 1);
+      train(kMixtral, "on_ep4", 4, {schedule, from, "ici_expert_parallelism=4", "ici_fsdp_parallelism=1"},
+            kSteps + 1);
   ASSERT_EQ(on_ep4.exit_code, 0) << on_ep4.output;
   const double want = losses("one").at(kSteps);
   EXPECT_NEAR(losses("in_one").at(kSteps), want, 1e-5 * std::abs(want));
