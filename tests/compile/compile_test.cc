@@ -116,15 +116,22 @@ TEST(Compile, EveryRankClassIsPlanned) {
   EXPECT_LT(c.mfu, 1);
 }
 
-TEST(Compile, ExpertParallelismIsRefusedByName) {
+TEST(Compile, ExpertParallelismIsPlanned) {
+  const CompiledRun c = compile_on(
+      "h100-80gb-2", small({"model_name=mixtral-test", "ici_expert_parallelism=2", "remat_policy=none"}));
+  EXPECT_TRUE(c.verdict.fits());
+  ASSERT_FALSE(c.classes.empty());
+  EXPECT_NE(c.classes[0].plan.summary().find(" 8 all-to-alls"), std::string::npos)
+      << c.classes[0].plan.summary();
+}
+
+TEST(Compile, PipelineParallelismIsRefusedByName) {
   try {
-    compile_on("h100-80gb-2", small({"ici_expert_parallelism=2"}));
-    FAIL() << "expert parallelism planned";
+    compile_on("h100-80gb-2", small({"ici_pipeline_parallelism=2"}));
+    FAIL() << "pipeline parallelism planned";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(
-        std::string(e.what()).find("expert parallelism (and mixture-of-experts layers) is not in this build"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("pipeline parallelism is not in this build"), std::string::npos)
         << e.what();
   }
 }

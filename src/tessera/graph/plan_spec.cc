@@ -313,14 +313,21 @@ void PlanSpec::record_nodes() {
 std::string ParamLayout::describe(const Value& v) const {
   std::vector<std::string> dims;
   for (size_t d = 0; d < dim_axes.size(); ++d)
-    dims.push_back(fmt::format("{}:{}", v.logical_axes[d], dist::axes_name(dim_axes[d])));
+    dims.push_back(fmt::format(
+        "{}:{}", v.logical_axes[d],
+        v.ep.split() && v.ep.dim == static_cast<int>(d) ? "expert" : dist::axes_name(dim_axes[d])));
   std::string s = fmt::format("{} {} ({})", v.name, v.shape.str(), fmt::join(dims, ", "));
-  if (v.tp.split()) s += ": " + describe_tensor_shard(v);
+  std::string split;
+  if (v.tp.split()) split = describe_tensor_shard(v);
+  if (v.ep.split())
+    split += fmt::format("{}experts [{}:{}] of {} on this expert rank", split.empty() ? "" : "; ",
+                         v.ep.offset, v.ep.offset + v.shape[v.ep.dim], v.ep.global);
+  if (!split.empty()) s += ": " + split;
   if (sharded())
-    s += fmt::format("{} dim {} split over fsdp ({} pieces) -> {} here", v.tp.split() ? ";" : ":", fsdp_dim,
+    s += fmt::format("{} dim {} split over fsdp ({} pieces) -> {} here", split.empty() ? ":" : ";", fsdp_dim,
                      fsdp_parts, stored.shape.str());
   else
-    s += v.tp.split() ? "; whole over the other axes" : ": whole on every rank";
+    s += split.empty() ? ": whole on every rank" : "; whole over the other axes";
   if (opt_parts > 1) s += fmt::format("; optimizer state {} (ZeRO-1 over data)", opt.shape.str());
   return s;
 }
