@@ -15,6 +15,8 @@
 //     part r - s - 1 to rank r + 1 and adds its own contribution to what arrives from r - 1, so
 //     each rank sends and receives (size() - 1) / size() of the buffer and reduces only its share;
 //   - all_reduce: the same ring over size() near-equal parts of the buffer, then the all_gather.
+// The ragged all-to-all (expert parallelism) is MPI's own MPI_Ialltoallv over byte counts: it
+// needs no scratch and no reduction, and its request is waited like the others.
 // OpenMPI's own non-blocking reduce-scatter (coll/libnbc in 4.1) reduces the whole buffer on rank 0
 // and scatters it from there, through a temporary buffer it allocates at every call: on 2 ranks
 // that doubled the bytes moved and put all the reductions and fresh-page faults on rank 0

@@ -47,7 +47,8 @@ namespace tessera::graph {
 // measured figure is lower) and the outer ones once a step, and reduce-scatters the gradients of
 // each micro-step (outer ones: once a step); whole parameters all-reduce their gradients over
 // data x fsdp; ZeRO-1 reduce-scatters gradients over data and all-gathers the updated pieces;
-// tensor parallelism all-reduces activations (graph::tensor_parallel_traffic). Scalars (loss,
+// tensor parallelism all-reduces activations (graph::tensor_parallel_traffic); expert parallelism
+// all-gathers its counts and moves its rows (graph::expert_parallel_traffic). Scalars (loss,
 // norms) are left out. It is the schedule's bytes, each entry counted as often as it runs.
 dist::TrafficCounters expected_traffic(const PlanSpec& spec, int64_t micro_steps);
 
