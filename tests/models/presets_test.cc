@@ -9,6 +9,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/models/decoder.h"
+#include "tessera/ops/rope.h"
 
 namespace tessera {
 namespace {
@@ -51,6 +52,8 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       // Meta's Llama releases.
       {"llama2-7b", 6'738'415'616, 0},
       {"llama3-8b", 8'030'261'248, 0},
+      {"llama3.2-1b", 1'235'814'400, 0},
+      {"llama3.2-3b", 3'212'749'824, 0},
       // Mistral AI's Mixtral 8x7B checkpoint, exactly; 8x22B's model card (141 B, rounded).
       {"mixtral-8x7b", 46'702'792'704, 0},
       {"mixtral-8x22b", 141.0e9, 0.5 / 141},
@@ -97,6 +100,24 @@ TEST(Presets, NormalizeEmbeddingLogitsScalesTheTiedLogits) {
     }
   EXPECT_EQ(found, 1);
   EXPECT_THROW(spec({"normalize_embedding_logits=true", "logits_via_embedding=false"}), Error);
+}
+
+// Llama 3.2's RoPE: rope_type llama3.1 with the checkpoint's factors (32, 1, 4, 8192) from the
+// llama3_* keys; the lowest frequency is theta^(-(D-2)/D) / 32, the highest unscaled. The keys
+// with another rope_type would do nothing, so they are refused.
+TEST(Presets, Llama32RopeScalingComesFromItsKeys) {
+  auto spec = [](std::vector<std::string> o) {
+    o.insert(o.end(), {"run_name=presets", "max_target_length=16"});
+    return models::model_spec_from_config(
+        load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+  };
+  const ops::RopeTable table(models::rope_config(spec({"model_name=llama3.2-1b"}), 16));
+  EXPECT_EQ(table.config().llama3.factor, 32.0);
+  EXPECT_EQ(table.config().llama3.original_max_position_embeddings, 8192.0);
+  EXPECT_DOUBLE_EQ(table.inv_freq(31), std::pow(500000.0, -62.0 / 64) / 32);
+  EXPECT_DOUBLE_EQ(table.inv_freq(0), 1.0);
+  EXPECT_EQ(models::rope_config(spec({"model_name=llama3.1-8b"}), 16).llama3.factor, 8.0);
+  EXPECT_THROW(spec({"model_name=llama3-8b", "llama3_rope_factor=32"}), Error);
 }
 
 TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {

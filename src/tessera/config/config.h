@@ -133,6 +133,10 @@ struct Config {
   int64_t original_max_position_embeddings;
   bool rope_truncate;
   bool rope_attention_scaling;
+  double llama3_rope_factor;
+  double llama3_low_freq_factor;
+  double llama3_high_freq_factor;
+  int64_t llama3_original_max_position_embeddings;
   int64_t local_rope_max_timescale;
   double rope_linear_scaling_factor;
   std::string attention_type;

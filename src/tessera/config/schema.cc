@@ -168,6 +168,19 @@ void add_model_keys(std::vector<FieldSpec>& t) {
             "rope_type=yarn: round the ramp's ends to whole dimensions (GPT-OSS: false).");
   g.boolean("rope_attention_scaling", &Config::rope_attention_scaling, "false",
             "rope_type=yarn: scale cos and sin by 0.1 ln(rope_factor) + 1 (GPT-OSS: true).");
+  g.real("llama3_rope_factor", &Config::llama3_rope_factor, "8.0", above(0),
+         "rope_type=llama3.1: the low frequencies are divided by this (Llama 3.1: 8, Llama 3.2: 32), as "
+         "the checkpoint's rope_scaling.factor says.");
+  g.real("llama3_low_freq_factor", &Config::llama3_low_freq_factor, "1.0", above(0),
+         "rope_type=llama3.1: wavelengths above original context / this are fully scaled (rope_scaling's "
+         "low_freq_factor).");
+  g.real("llama3_high_freq_factor", &Config::llama3_high_freq_factor, "4.0", above(0),
+         "rope_type=llama3.1: wavelengths below original context / this are kept (rope_scaling's "
+         "high_freq_factor); must exceed llama3_low_freq_factor.");
+  g.integer("llama3_original_max_position_embeddings", &Config::llama3_original_max_position_embeddings,
+            "8192", at_least(1),
+            "rope_type=llama3.1: the context the model was pre-trained with (rope_scaling's "
+            "original_max_position_embeddings).");
   g.integer("local_rope_max_timescale", &Config::local_rope_max_timescale, "-1",
             or_minus_one(at_least(2), "the layers share rope_max_timescale"),
             "gemma3: RoPE theta of the local (sliding-window) layers; the global layers use "

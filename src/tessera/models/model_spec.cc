@@ -36,6 +36,21 @@ ModelSpec model_spec_from_config(const Config& cfg) {
             .original_max_position_embeddings = static_cast<double>(cfg.original_max_position_embeddings),
             .truncate = cfg.rope_truncate,
             .attention_scaling = cfg.rope_attention_scaling};
+  s.llama3 = {
+      .factor = cfg.llama3_rope_factor,
+      .low_freq_factor = cfg.llama3_low_freq_factor,
+      .high_freq_factor = cfg.llama3_high_freq_factor,
+      .original_max_position_embeddings = static_cast<double>(cfg.llama3_original_max_position_embeddings)};
+  if (cfg.rope_type != "llama3.1") {  // the llama3_* keys act only on that RoPE: refuse them elsewhere
+    const ops::Llama3RopeScaling d;
+    if (s.llama3.factor != d.factor || s.llama3.low_freq_factor != d.low_freq_factor ||
+        s.llama3.high_freq_factor != d.high_freq_factor ||
+        s.llama3.original_max_position_embeddings != d.original_max_position_embeddings)
+      fail(ErrorKind::kConfig,
+           "llama3_rope_factor / llama3_*_freq_factor / llama3_original_max_position_embeddings "
+           "apply with rope_type=llama3.1 (it is {})",
+           cfg.rope_type);
+  }
   s.sliding_window = cfg.attention_type == "local_sliding" ? cfg.sliding_window_size : 0;
   s.num_experts = cfg.num_experts;
   s.num_experts_per_tok = cfg.num_experts_per_tok;
@@ -97,7 +112,10 @@ ModelSpec model_spec_from_config(const Config& cfg) {
 
 ops::RopeConfig rope_config(const ModelSpec& s, int64_t max_positions) {
   ops::RopeConfig rc{.max_timescale = s.rope_theta, .head_dim = s.head_dim, .max_positions = max_positions};
-  if (s.rope_type == "llama3.1") rc.scaling = ops::RopeScaling::kLlama3;
+  if (s.rope_type == "llama3.1") {
+    rc.scaling = ops::RopeScaling::kLlama3;
+    rc.llama3 = s.llama3;
+  }
   if (s.rope_linear_factor != 1) {
     TESSERA_CHECK(s.rope_type == "default", ErrorKind::kConfig,
                   "rope_linear_scaling_factor={} with rope_type={}: linear scaling is of plain RoPE",

@@ -29,11 +29,12 @@ struct ModelSpec {
   int64_t num_decoder_layers = 0;  // L
   int64_t vocab_size = 0;          // V
   double norm_eps = 1e-5;
-  bool logits_via_embedding = false;  // tied unembedding
+  bool logits_via_embedding = false;        // tied unembedding
   bool normalize_embedding_logits = false;  // tied logits divided by sqrt(emb_dim)
   double rope_theta = 10000.0;
   std::string rope_type = "default";  // "default" | "llama3.1" | "yarn"
   ops::YarnRopeScaling yarn;          // rope_type "yarn"
+  ops::Llama3RopeScaling llama3;      // rope_type "llama3.1" (Llama 3.1's values by default)
   int64_t sliding_window = 0;
   std::string mlp_activation = "silu";  // the MLP's activation (of the gate, when gated)
 
