@@ -29,6 +29,14 @@ Hugging Face does (save_pretrained), into tests/models/golden/convert/:
                  _scales and down_proj_blocks / _scales (uint8) and quantization_config mxfp4. Its
                  logits are those of the model with the weights dequantised by transformers' own
                  integrations/mxfp4.py convert_moe_packed_tensors.
+  gemma/         GemmaForCausalLM: MQA 4 / 1 heads of 12 (head_dim != hidden / heads), GeGLU with
+                 tanh GELU, tied, float32.
+  gemma2/        Gemma2ForCausalLM: 3 layers (sliding window 5, full, sliding), GQA 4 / 2, scores
+                 scaled by query_pre_attn_scalar 24^-1/2, attention and final soft caps that bite
+                 (5 and 4), bfloat16.
+  gemma3/        Gemma3ForCausalLM: 7 layers (five sliding of window 4, one full, one sliding), QK-norm,
+                 RoPE theta 1e4 on the sliding layers and 1e6 with linear scaling x8 on the full one
+                 (transformers 5's rope_parameters per layer type), no soft caps, float32, sharded.
   mxfp4_dequant.safetensors
                  a crafted MXFP4 tensor (blocks uint8 [3, 5, 2, 16] holding every byte value,
                  scales uint8 [3, 5, 2] over exponents -20..+20) and its dequantisation by
@@ -45,6 +53,7 @@ dimensions are tiny and odd-sized (the files total about 260 KB).
 Run with a Python that has torch, transformers and safetensors (never needed by Tessera itself):
     python3 tools/make_convert_golden.py          # every golden
     python3 tools/make_convert_golden.py --new    # all but llama_gqa, llama_tied, mistral_swa
+    python3 tools/make_convert_golden.py --gemma  # only gemma, gemma2, gemma3
 """
 import json
 import os
@@ -54,8 +63,9 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GptOssConfig, GptOssForCausalLM,
-                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
+                          Gemma3TextConfig, GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, GptOssConfig,
+                          GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
@@ -68,11 +78,13 @@ LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, 
 
 
 def randomise_norms(model):
-    # HF initialises norm weights to 1; move them away so a wrong norm weight cannot hide.
+    # HF initialises norm weights to 1 (Gemma's, which scale by 1 + w, to 0); move them away so a
+    # wrong norm weight cannot hide.
+    centre = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+                p.copy_(centre + 0.1 * torch.randn_like(p))
 
 
 def legacy_config(path):
@@ -226,6 +238,27 @@ def make_gpt_oss_mxfp4(seed):
     print(f"gpt_oss_mxfp4: {sorted(os.listdir(folder))}, |logits| max {logits.abs().max():.3f}")
 
 
+def main_gemma():
+    gemma = dict(vocab_size=67, hidden_size=32, intermediate_size=40, num_attention_heads=4, head_dim=12,
+                 rms_norm_eps=1e-6, attention_dropout=0.0, initializer_range=0.25, max_position_embeddings=256,
+                 tie_word_embeddings=True)
+    make("gemma", GemmaForCausalLM,
+         GemmaConfig(num_hidden_layers=2, num_key_value_heads=1, hidden_act="gelu_pytorch_tanh",
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **gemma), 2107)
+    make("gemma2", Gemma2ForCausalLM,
+         Gemma2Config(num_hidden_layers=3, num_key_value_heads=2, hidden_activation="gelu_pytorch_tanh",
+                      sliding_window=5, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+                      final_logit_softcapping=4.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                      **gemma), 2108, dtype=torch.bfloat16)
+    make("gemma3", Gemma3ForCausalLM,
+         Gemma3TextConfig(num_hidden_layers=7, num_key_value_heads=2, hidden_activation="gelu_pytorch_tanh",
+                          sliding_window=4, query_pre_attn_scalar=20, attn_logit_softcapping=None,
+                          final_logit_softcapping=None,
+                          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                          **gemma), 2109, max_shard_size="40KB")
+
+
 def main_new_families():
     qwen = dict(num_hidden_layers=2, rms_norm_eps=1e-6, hidden_act="silu", attention_dropout=0.0,
                 initializer_range=0.25, max_position_embeddings=256,
@@ -253,10 +286,13 @@ def main_new_families():
                       rope_parameters=dict(GPT_OSS_ROPE), tie_word_embeddings=False, **MOE), 2105)
     make_gpt_oss_mxfp4(2106)
     make_mxfp4_dequant()
+    main_gemma()
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if sys.argv[1:] == ["--gemma"]:
+        return main_gemma()
     if sys.argv[1:] == ["--new"]:  # only the goldens added after the first three
         return main_new_families()
     torch.manual_seed(20240611)

@@ -3,7 +3,8 @@
 // (a Llama with GQA and Llama 3.1 RoPE scaling, single file, transformers 4's config layout; a
 // tied-embedding Llama, sharded; a Mistral with a sliding window of 5 over 12 tokens, saved in
 // bfloat16; a tied Qwen 2.5 with q/k/v biases; a Qwen 3 with QK-norm in bfloat16; a GPT-2; a
-// Mixtral with per-expert tensors, sharded, bfloat16; a GPT-OSS; a GPT-OSS with MXFP4 experts),
+// Mixtral with per-expert tensors, sharded, bfloat16; a GPT-OSS; a GPT-OSS with MXFP4 experts; a
+// Gemma; a Gemma 2 with soft caps, bfloat16; a Gemma 3 with RoPE per layer type, sharded),
 // each with the logits transformers computes for fixed tokens, and a crafted MXFP4 tensor with
 // transformers' dequantisation.
 //
@@ -181,8 +182,9 @@ TEST_P(Import, TesseraGivesTransformersLogits) {
 // Every family's goldens (make_convert_golden.py). gpt_oss_mxfp4's experts are MXFP4: its logits
 // are transformers' with the weights transformers dequantises (the dequantised values are exact
 // in float32, so the same tolerance holds).
-const char* const kGoldens[] = {"llama_gqa", "llama_tied", "mistral_swa", "qwen2_tied",   "qwen3_qknorm",
-                                "gpt2",      "mixtral",    "gpt_oss",     "gpt_oss_mxfp4"};
+const char* const kGoldens[] = {"llama_gqa",     "llama_tied", "mistral_swa", "qwen2_tied",
+                                "qwen3_qknorm",  "gpt2",       "mixtral",     "gpt_oss",
+                                "gpt_oss_mxfp4", "gemma",      "gemma2",      "gemma3"};
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Import, ::testing::ValuesIn(kGoldens));
 
@@ -216,6 +218,17 @@ TEST(Import, ModelYamlHoldsEachFamilysKeys) {
         "mlp_activations_limit: 7", "rope_type: yarn", "rope_factor: 4", "beta_fast: 32", "beta_slow: 1",
         "original_max_position_embeddings: 256", "rope_truncate: false", "rope_attention_scaling: true",
         "sliding_window_size: 4"}},
+      {"gemma",
+       {"decoder_block: gemma", "mlp_activations: [\"gelu\", \"linear\"]", "logits_via_embedding: true",
+        "base_num_kv_heads: 1", "head_dim: 12", "use_post_attn_norm: false", "query_pre_attn_scalar: 0",
+        "rope_max_timescale: 10000", "attention_type: global"}},
+      {"gemma2",
+       {"decoder_block: gemma2", "query_pre_attn_scalar: 24", "attn_logits_soft_cap: 5",
+        "final_logits_soft_cap: 4", "sliding_window_size: 5", "dtype: bfloat16"}},
+      {"gemma3",
+       {"decoder_block: gemma3", "query_pre_attn_scalar: 20", "attn_logits_soft_cap: 0",
+        "final_logits_soft_cap: 0", "rope_max_timescale: 1000000", "local_rope_max_timescale: 10000",
+        "rope_linear_scaling_factor: 8", "sliding_window_size: 4"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -580,7 +593,7 @@ TEST(ImportErrors, MissingShardNamesTheFile) {
 TEST(ImportErrors, UnsupportedConfigIsRefusedNamingTheField) {
   TempDir tmp;
   const std::pair<std::function<void(json&)>, std::string> cases[] = {
-      {[](json& j) { j["model_type"] = "gemma"; }, "\"model_type\": \"gemma\" is not converted by Tessera"},
+      {[](json& j) { j["model_type"] = "falcon"; }, "\"model_type\": \"falcon\" is not converted by Tessera"},
       {[](json& j) {
          j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
        },
@@ -603,6 +616,111 @@ TEST(ImportErrors, UnsupportedConfigIsRefusedNamingTheField) {
     EXPECT_TRUE(has(e, want)) << e;
     EXPECT_TRUE(has(e, (c.dir / "config.json").string())) << e;
     fs::remove_all(c.dir);
+  }
+}
+
+// Gemma's configs as the Hub and transformers 4 wrote them read as transformers 5's: Gemma 1's
+// legacy hidden_act "gelu" (run as the tanh GELU), Gemma 3's rope_theta, rope_local_base_freq and
+// rope_scaling at the top with sliding_window_pattern instead of layer_types; Gemma 2's soft caps
+// default to 50 / 30 when absent, and null is none.
+TEST(Import, GemmaConfigLayoutsAndDefaults) {
+  auto config_of = [](const std::string& name) {
+    return convert::read_json_file((kGolden / name / "config.json").string());
+  };
+  json g1 = config_of("gemma");
+  const convert::HfModel m1 = convert::parse_hf_config(g1, "a");
+  g1["hidden_act"] = "gelu";
+  g1["hidden_activation"] = nullptr;
+  EXPECT_EQ(convert::parse_hf_config(g1, "b"), m1);
+  json g3 = config_of("gemma3");
+  const convert::HfModel m3 = convert::parse_hf_config(g3, "a");
+  EXPECT_EQ(m3.fields["rope_scaling"], json({{"rope_type", "linear"}, {"factor", 8.0}}));
+  EXPECT_EQ(m3.fields["rope_local_base_freq"], 10000.0);
+  g3.erase("rope_parameters");
+  g3.erase("layer_types");
+  g3.erase("_sliding_window_pattern");
+  g3["rope_theta"] = 1000000.0;
+  g3["rope_local_base_freq"] = 10000.0;
+  g3["rope_scaling"] = {{"factor", 8.0}, {"rope_type", "linear"}};
+  g3["sliding_window_pattern"] = 6;
+  EXPECT_EQ(convert::parse_hf_config(g3, "b"), m3);
+  g3.erase("rope_theta");  // transformers' defaults: 1e6 full, 1e4 sliding
+  g3.erase("rope_local_base_freq");
+  EXPECT_EQ(convert::parse_hf_config(g3, "c"), m3);
+  json g2 = config_of("gemma2");
+  g2.erase("attn_logit_softcapping");
+  g2["final_logit_softcapping"] = nullptr;
+  const convert::HfModel m2 = convert::parse_hf_config(g2, "a");
+  EXPECT_EQ(m2.fields["attn_logit_softcapping"], 50.0);
+  EXPECT_TRUE(m2.fields["final_logit_softcapping"].is_null());
+  EXPECT_TRUE(has(convert::tessera_model_yaml(m2, "float32"), "\nfinal_logits_soft_cap: 0\n"));
+}
+
+TEST(ImportErrors, GemmaConfigsTesseraCannotRunAreRefused) {
+  const struct Case {
+    const char* golden;
+    std::function<void(json&)> edit;
+    std::string want;
+  } cases[] = {
+      {"gemma", [](json& j) { j["hidden_act"] = "gelu_new"; },
+       "\"hidden_act\": \"gelu_new\" is not supported"},
+      {"gemma2", [](json& j) { j["hidden_activation"] = "gelu"; }, "tanh GELU (gelu_pytorch_tanh)"},
+      {"gemma", [](json& j) { j["tie_word_embeddings"] = false; }, "ties the output to the embedding"},
+      {"gemma3", [](json& j) { j["use_bidirectional_attention"] = true; }, "attention is causal"},
+      {"gemma2",
+       [](json& j) {
+         j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+       },
+       "alternates sliding_attention (even layers)"},
+      {"gemma3", [](json& j) { j["layer_types"][1] = "full_attention"; }, "full when l % 6 == 5"},
+      {"gemma3", [](json& j) { j["_sliding_window_pattern"] = 2; }, "a pattern of 6"},
+      {"gemma2", [](json& j) { j["sliding_window"] = nullptr; }, "a window on its sliding layers"},
+      {"gemma2", [](json& j) { j["final_logit_softcapping"] = -1.0; }, "not a positive number or null"},
+      {"gemma3", [](json& j) { j["rope_parameters"]["full_attention"]["rope_type"] = "yarn"; },
+       "rope type 'yarn' on the full_attention layers"},
+      {"gemma3",
+       [](json& j) {
+         j["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+       },
+       "rope type 'linear' on the sliding_attention layers"},
+      {"gemma3",
+       [](json& j) {
+         j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}};
+       },
+       "one object per layer type"},
+      {"gemma3", [](json& j) { j["rope_theta"] = 1e6; }, "given beside rope_parameters"},
+      {"gemma3", [](json& j) { j["model_type"] = "gemma3"; }, "\"model_type\": \"gemma3\" is not converted"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.want);
+    json j = convert::read_json_file((kGolden / c.golden / "config.json").string());
+    c.edit(j);
+    const std::string e = error_of([&] { convert::parse_hf_config(j, "cfg.json"); }, ErrorKind::kConfig);
+    EXPECT_TRUE(has(e, c.want)) << e;
+  }
+}
+
+// Export refuses the Gemma models Hugging Face's classes cannot hold.
+TEST(ExportErrors, GemmaKeysTransformersCannotExpress) {
+  TempDir tmp;
+  to_tessera(kGolden / "gemma", tmp / "g1");
+  to_tessera(kGolden / "gemma3", tmp / "g3");
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {"g1", {"use_qk_norm=true"}},
+      {"g1", {"attn_logits_soft_cap=20"}},
+      {"g3", {"query_pre_attn_scalar=0"}},
+      {"g3", {"query_pre_attn_scalar=20.5"}},
+      {"g3", {"local_rope_max_timescale=-1"}},
+  };
+  for (const auto& [from, overrides] : cases) {
+    SCOPED_TRACE(overrides[0]);
+    const std::string e = error_of(
+        [&] {
+          to_hf(tmp / from, tmp / "h", [&](convert::TesseraToHfOptions& o) { o.overrides = overrides; });
+        },
+        ErrorKind::kConfig);
+    EXPECT_TRUE(has(e, overrides[0].substr(0, overrides[0].find('=')))) << e;
+    EXPECT_TRUE(has(e, "cannot express")) << e;
   }
 }
 
@@ -833,7 +951,8 @@ TEST(Transformers, LoadsEveryFamilysExportWithTesserasLogits) {
   const std::string py_out = read_file(tmp / "py.txt");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << py_out;
   for (const char* cls : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                          "GPT2LMHeadModel", "MixtralForCausalLM", "GptOssForCausalLM"})
+                          "GPT2LMHeadModel", "MixtralForCausalLM", "GptOssForCausalLM", "GemmaForCausalLM",
+                          "Gemma2ForCausalLM", "Gemma3ForCausalLM"})
     EXPECT_TRUE(has(py_out, std::string(cls) + " torch.float32")) << cls << "\n" << py_out;
   for (size_t m = 0; m < want.size(); ++m) {
     SCOPED_TRACE(kGoldens[m]);

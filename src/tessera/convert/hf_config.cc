@@ -96,6 +96,10 @@ json typed(const Reader& r, std::string_view where, const json& v, HfValue type)
     case HfValue::kBool:
       if (!v.is_boolean()) r.refuse(where, "not true or false");
       return v;
+    case HfValue::kCap:
+      if (v.is_null()) return v;
+      if (!v.is_number() || !(v.get<double>() > 0)) r.refuse(where, "not a positive number or null");
+      return v.get<double>();
   }
   TESSERA_ASSERT(false);
 }
@@ -132,13 +136,92 @@ void parse_fields(const Reader& r, const HfFamily& fam, json& out) {
                                   out[key].dump()));
       continue;
     }
-    out[key] = r.has(key) ? typed(r, key, r.j[key], f.type) : typed(r, key, fallback_of(r, f, out), f.type);
+    // A kCap's null is a value (none), not an absent field.
+    const bool given = f.type == HfValue::kCap ? r.j.contains(key) : r.has(key);
+    out[key] = given ? typed(r, key, r.j[key], f.type) : typed(r, key, fallback_of(r, f, out), f.type);
+  }
+}
+
+// A RoPE theta as Tessera's whole-number timescale; `where` is what refuse() names.
+double whole_theta(const Reader& r, std::string_view where, const json& v) {
+  if (!v.is_number()) r.refuse(where, "not valid: its rope_theta is not a number");
+  const double theta = v.get<double>();
+  if (!(theta > 1) || std::floor(theta) != theta || theta > 1e15)
+    r.refuse(where, "not supported: Tessera's rope_max_timescale is a whole number > 1");
+  return theta;
+}
+
+// RoPE per layer type (HfFamily::local_rope, Gemma 3), from transformers 5's rope_parameters
+// {"full_attention": {rope_type, rope_theta, factor}, "sliding_attention": {rope_type, rope_theta}}
+// or transformers 4's rope_theta, rope_local_base_freq and rope_scaling (the full layers' only), as
+// fields "rope_theta", "rope_scaling" (null, or {rope_type: linear, factor}) and
+// "rope_local_base_freq". A linear factor of 1 is no scaling.
+void parse_layer_rope(const Reader& r, const HfFamily& fam, json& out) {
+  const json& j = r.j;
+  json full = json::object(), sliding = json::object();
+  const char* where = "rope_parameters";
+  if (r.has("rope_parameters")) {
+    for (const char* legacy : {"rope_scaling", "rope_theta", "rope_local_base_freq"})
+      if (r.has(legacy))
+        r.refuse(legacy,
+                 "given beside rope_parameters; Tessera reads one of them (transformers 5 writes only "
+                 "rope_parameters)");
+    const json& p = j["rope_parameters"];
+    if (!p.is_object()) r.refuse(where, "not an object");
+    for (const auto& [type, params] : p.items()) {
+      if (type != "full_attention" && type != "sliding_attention")
+        r.refuse(where,
+                 fmt::format("not supported: its entry '{}'; {}'s rope_parameters holds one object per "
+                             "layer type (full_attention, sliding_attention)",
+                             type, fam.model_type));
+      if (!params.is_null() && !params.is_object())
+        r.refuse(where, fmt::format("not valid: its {} is not an object", type));
+      if (params.is_object()) (type == "full_attention" ? full : sliding) = params;
+    }
+  } else {
+    where = "rope_scaling";
+    if (r.has("rope_scaling")) {
+      if (!j["rope_scaling"].is_object()) r.refuse(where, "not an object");
+      full = j["rope_scaling"];
+    }
+    if (r.has("rope_theta")) full["rope_theta"] = j["rope_theta"];
+    if (r.has("rope_local_base_freq")) sliding["rope_theta"] = j["rope_local_base_freq"];
+  }
+  auto kind_of = [&](const json& p, const char* layers, std::string_view kinds) {
+    const char* key = p.contains("rope_type") ? "rope_type" : p.contains("type") ? "type" : nullptr;
+    if (key && !p[key].is_string())
+      r.refuse(where, fmt::format("not valid: its {} rope_type is not a string", layers));
+    const std::string kind = key ? p[key].get<std::string>() : "default";
+    if (!listed(kinds, kind))
+      r.refuse(where, fmt::format("not supported: rope type '{}' on the {} layers; Tessera converts {} with "
+                                  "rope types [{}] there",
+                                  kind, layers, fam.model_type, fmt::join(words(kinds), ", ")));
+    for (const auto& [k, v] : p.items())
+      if (k != "rope_type" && k != "type" && k != "rope_theta" && !(kind == "linear" && k == "factor"))
+        r.refuse(where, fmt::format("not supported: Tessera does not know the field '{}' of the {} layers' "
+                                    "rope type '{}'",
+                                    k, layers, kind));
+    return kind;
+  };
+  const std::string full_kind = kind_of(full, "full_attention", fam.rope_types);
+  kind_of(sliding, "sliding_attention", "default");
+  out["rope_theta"] =
+      full.contains("rope_theta") ? whole_theta(r, where, full["rope_theta"]) : fam.default_rope_theta;
+  out["rope_local_base_freq"] = sliding.contains("rope_theta") ? whole_theta(r, where, sliding["rope_theta"])
+                                                               : fam.default_local_rope_theta;
+  out["rope_scaling"] = nullptr;
+  if (full_kind == "linear") {
+    if (!full.contains("factor") || !full["factor"].is_number() || !(full["factor"].get<double>() > 0))
+      r.refuse(where, "not valid: the full_attention layers' linear factor is not a positive number");
+    const double factor = full["factor"].get<double>();
+    if (factor != 1) out["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
   }
 }
 
 // rope_theta and the scaling, from either layout (hf_config.h), as fields "rope_theta" and
 // "rope_scaling" (null, or the scaling's canonical object).
 void parse_rope(const Reader& r, const HfFamily& fam, json& out) {
+  if (fam.local_rope) return parse_layer_rope(r, fam, out);
   const json& j = r.j;
   if (r.has("rope_parameters") && r.has("rope_scaling"))
     r.refuse("rope_scaling",
@@ -221,16 +304,24 @@ void parse_rope(const Reader& r, const HfFamily& fam, json& out) {
                                   key, kind));
 }
 
-// The window fields (hf_config.h): "sliding_window" (kOptional: int or null; kAlternating: int)
-// and "layer_types" (kAlternating).
+// The layer_types of a kAlternating (cycle 2) or kFiveToOne (cycle 6) family's `layers` layers:
+// every cycle-th layer (l % cycle == cycle - 1) full, the others sliding.
+json cycle_layer_types(HfWindow window, int64_t layers) {
+  const int64_t cycle = window == HfWindow::kFiveToOne ? 6 : 2;
+  json types = json::array();
+  for (int64_t l = 0; l < layers; ++l)
+    types.push_back(l % cycle == cycle - 1 ? "full_attention" : "sliding_attention");
+  return types;
+}
+
+// The window fields (hf_config.h): "sliding_window" (kOptional: int or null; kAlternating and
+// kFiveToOne: int) and "layer_types" (kAlternating, kFiveToOne).
 void parse_window(const Reader& r, const HfFamily& fam, json& out) {
   const json& j = r.j;
   int64_t layers = 0;  // the field that sets the decoder's layer count
   for (const HfField& f : fam.fields)
     if (f.tessera == "base_num_decoder_layers") layers = out[std::string(f.hf)].get<int64_t>();
-  json alternating = json::array();
-  for (int64_t l = 0; l < layers; ++l)
-    alternating.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  const json cycled = cycle_layer_types(fam.window, layers);
   switch (fam.window) {
     case HfWindow::kNone:
       if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
@@ -256,16 +347,31 @@ void parse_window(const Reader& r, const HfFamily& fam, json& out) {
         r.refuse("layer_types", fmt::format("not supported for model_type {}", fam.model_type));
       return;
     case HfWindow::kAlternating:
+    case HfWindow::kFiveToOne: {
+      const bool five = fam.window == HfWindow::kFiveToOne;
+      if (j.contains("sliding_window") && j["sliding_window"].is_null())
+        r.refuse(
+            "sliding_window",
+            fmt::format("not supported: Tessera's {} has a window on its sliding layers", fam.model_type));
       out["sliding_window"] = r.has("sliding_window")
                                   ? typed(r, "sliding_window", j["sliding_window"], HfValue::kCount)
                                   : json(fam.default_window);
-      if (r.has("layer_types") && j["layer_types"] != alternating)
-        r.refuse("layer_types",
-                 fmt::format("not supported: Tessera's {} alternates sliding_attention (even layers) and "
-                             "full_attention (odd layers)",
-                             fam.model_type));
-      out["layer_types"] = alternating;
+      const char* pattern_why =
+          "not supported: Tessera's Gemma 3 has five sliding layers to one full (a pattern of 6)";
+      for (const char* pattern : {"sliding_window_pattern", "_sliding_window_pattern"})
+        if (five && r.has(pattern) && j[pattern] != 6) r.refuse(pattern, pattern_why);
+      if (r.has("layer_types") && j["layer_types"] != cycled)
+        r.refuse(
+            "layer_types",
+            five ? fmt::format("not supported: Tessera's {} has five sliding_attention layers, then one "
+                               "full_attention (layer l full when l % 6 == 5)",
+                               fam.model_type)
+                 : fmt::format("not supported: Tessera's {} alternates sliding_attention (even layers) and "
+                               "full_attention (odd layers)",
+                               fam.model_type));
+      out["layer_types"] = cycled;
       return;
+    }
   }
 }
 
@@ -291,6 +397,8 @@ void check_known(const Reader& r, const HfFamily& fam) {
   for (const HfFixed& f : fam.fixed) known.insert(f.hf);
   for (const auto& [key, why] : kOffFields) known.insert(key);
   if (!fam.rope_types.empty()) known.insert({"rope_theta", "rope_scaling", "rope_parameters"});
+  if (fam.local_rope) known.insert("rope_local_base_freq");
+  if (fam.window == HfWindow::kFiveToOne) known.insert({"sliding_window_pattern", "_sliding_window_pattern"});
   if (fam.window != HfWindow::kNone) known.insert("sliding_window");
   known.insert("layer_types");
   for (const auto& [key, value] : r.j.items())
@@ -342,7 +450,9 @@ HfModel parse_hf_config(const json& j, const std::string& path) {
   m.mxfp4 = parse_quantization(r, fam);
   for (const auto& [key, why] : kOffFields) r.must_be_off(key, why);
   for (const HfFixed& f : fam.fixed)
-    if (r.has(f.hf) && j[std::string(f.hf)] != json::parse(f.json)) r.refuse(f.hf, std::string(f.why));
+    if (r.has(f.hf) && j[std::string(f.hf)] != json::parse(f.json) &&
+        (f.also.empty() || j[std::string(f.hf)] != json::parse(f.also)))
+      r.refuse(f.hf, std::string(f.why));
   parse_fields(r, fam, m.fields);
   if (!fam.rope_types.empty()) {
     parse_rope(r, fam, m.fields);
@@ -364,9 +474,15 @@ std::string tessera_model_yaml(const HfModel& m, const std::string& compute_dtyp
   for (const HfField& field : fam.fields) {
     const json& v = f[std::string(field.hf)];
     for (std::string_view key : words(field.tessera))
-      line(key, v.is_boolean() ? (v.get<bool>() ? "true" : "false") : yaml_number(v));
+      line(key, v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.is_null() ? "0" : yaml_number(v));
   }
-  if (!fam.rope_types.empty()) {
+  if (fam.local_rope) {
+    const json& s = f["rope_scaling"];
+    line("rope_max_timescale", static_cast<int64_t>(f["rope_theta"].get<double>()));
+    line("rope_type", "default");
+    line("local_rope_max_timescale", static_cast<int64_t>(f["rope_local_base_freq"].get<double>()));
+    line("rope_linear_scaling_factor", s.is_null() ? "1" : yaml_number(s["factor"]));
+  } else if (!fam.rope_types.empty()) {
     line("rope_max_timescale", static_cast<int64_t>(f["rope_theta"].get<double>()));
     const json& s = f["rope_scaling"];
     const std::string kind = s.is_null() ? "default" : s["rope_type"].get<std::string>();
@@ -391,6 +507,7 @@ std::string tessera_model_yaml(const HfModel& m, const std::string& compute_dtyp
       break;
     }
     case HfWindow::kAlternating:
+    case HfWindow::kFiveToOne:
       line("sliding_window_size", f["sliding_window"].get<int64_t>());
       break;
   }
@@ -434,12 +551,23 @@ json field_from_tessera(const HfFamily& fam, const HfField& f, const Config& cfg
       cannot_express(fam, fmt::format("{}={} and {}={} ({}'s {} sets both)", keys[0], text, keys[k],
                                       key_text(cfg, keys[k]), fam.model_type, f.hf));
   switch (f.type) {
-    case HfValue::kCount:
-      return std::stoll(text);
+    case HfValue::kCount: {
+      const double v = std::stod(text);
+      if (!(v >= 1) || std::floor(v) != v)
+        cannot_express(
+            fam, fmt::format("{}={} ({}'s {} is a positive integer)", keys[0], text, fam.model_type, f.hf));
+      return static_cast<int64_t>(v);
+    }
     case HfValue::kReal:
       return std::stod(text);
     case HfValue::kBool:
       return text == "true";
+    case HfValue::kCap: {
+      const double v = std::stod(text);
+      if (v < 0)
+        cannot_express(fam, fmt::format("{}={} (a soft cap is positive, or 0: none)", keys[0], text));
+      return v == 0 ? json(nullptr) : json(v);
+    }
   }
   TESSERA_ASSERT(false);
 }
@@ -475,7 +603,23 @@ HfModel hf_model_from_tessera(const Config& given) {
                      fmt::format("{}={} (transformers' {} computes {} = {})", f.tessera, m.fields[key].dump(),
                                  fam.model_type, f.hf, fallback_of(none, f, m.fields).dump()));
   }
-  if (!fam.rope_types.empty()) {
+  if (fam.local_rope) {
+    if (cfg.rope_type != "default")
+      cannot_express(fam,
+                     fmt::format("rope_type={} (converted for {}: default, with rope_linear_scaling_factor)",
+                                 cfg.rope_type, fam.model_type));
+    if (cfg.local_rope_max_timescale <= 1)
+      cannot_express(fam,
+                     fmt::format("local_rope_max_timescale={} ({}'s sliding layers have their own theta)",
+                                 cfg.local_rope_max_timescale, fam.model_type));
+    if (!(cfg.rope_linear_scaling_factor > 0))
+      cannot_express(fam, fmt::format("rope_linear_scaling_factor={}", cfg.rope_linear_scaling_factor));
+    m.fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
+    m.fields["rope_local_base_freq"] = static_cast<double>(cfg.local_rope_max_timescale);
+    m.fields["rope_scaling"] = nullptr;
+    if (cfg.rope_linear_scaling_factor != 1)
+      m.fields["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_linear_scaling_factor}};
+  } else if (!fam.rope_types.empty()) {
     m.fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
     m.fields["rope_scaling"] = nullptr;
     const std::string kind = cfg.rope_type == "llama3.1" ? "llama3" : cfg.rope_type;
@@ -514,14 +658,14 @@ HfModel hf_model_from_tessera(const Config& given) {
             fam, fmt::format("attention_type={} (converted: global, local_sliding)", cfg.attention_type));
       m.fields["sliding_window"] = window ? json(cfg.sliding_window_size) : json(nullptr);
       break;
-    case HfWindow::kAlternating: {
+    case HfWindow::kAlternating:
+    case HfWindow::kFiveToOne:
+      if (cfg.sliding_window_size <= 0)
+        cannot_express(fam, fmt::format("sliding_window_size={} ({}'s sliding layers have a window)",
+                                        cfg.sliding_window_size, fam.model_type));
       m.fields["sliding_window"] = cfg.sliding_window_size;
-      json types = json::array();
-      for (int64_t l = 0; l < cfg.num_decoder_layers; ++l)
-        types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
-      m.fields["layer_types"] = types;
+      m.fields["layer_types"] = cycle_layer_types(fam.window, cfg.num_decoder_layers);
       break;
-    }
   }
   return m;
 }
@@ -533,7 +677,8 @@ json hf_config_json(const HfModel& m, const std::string& dtype, const json& sour
   j["model_type"] = std::string(fam.model_type);
   for (const HfField& f : fam.fields)
     if (!f.derived) j[std::string(f.hf)] = m.fields[std::string(f.hf)];
-  for (const char* key : {"rope_theta", "rope_scaling", "sliding_window", "layer_types"})
+  for (const char* key :
+       {"rope_theta", "rope_local_base_freq", "rope_scaling", "sliding_window", "layer_types"})
     if (m.fields.contains(key)) j[key] = m.fields[key];
   for (const HfFixed& f : fam.fixed) j[std::string(f.hf)] = json::parse(f.json);
   j["torch_dtype"] = dtype;

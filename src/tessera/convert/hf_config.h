@@ -15,10 +15,15 @@
 //             rope_factor, beta_fast, beta_slow, original_max_position_embeddings, rope_truncate
 //             and rope_attention_scaling=true (transformers' default attention factor
 //             0.1 ln(factor) + 1). rope_theta -> rope_max_timescale (a whole number in Tessera).
+//             Per layer type (Gemma 3): rope_parameters {full_attention: {rope_type default or
+//             linear, rope_theta, factor}, sliding_attention: {rope_type default, rope_theta}}, or
+//             transformers 4's rope_theta, rope_local_base_freq and rope_scaling (the full layers')
+//             -> rope_max_timescale, rope_linear_scaling_factor, local_rope_max_timescale.
 //   windows   kOptional: sliding_window (null: none) -> attention_type local_sliding +
 //             sliding_window_size; kAlternating: layer_types sliding/full/sliding/... (or absent)
-//             with sliding_window -> sliding_window_size (the family alternates); kNone: no
-//             window, and layer_types, when present, all full_attention.
+//             with sliding_window -> sliding_window_size (the family alternates); kFiveToOne: the
+//             same with five sliding layers to one full (Gemma 3; sliding_window_pattern, when
+//             given, 6); kNone: no window, and layer_types, when present, all full_attention.
 //   MXFP4     quantization_config {quant_method: mxfp4, ...} on a table that allows it (GPT-OSS):
 //             the experts' *_blocks / *_scales tensors are dequantised (hf_tensors.h).
 // Refused, never ignored (Error kConfig naming the file, the field, its value and what Tessera

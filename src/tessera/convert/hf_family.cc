@@ -9,8 +9,9 @@
 namespace tessera::convert {
 
 const std::vector<const HfFamily*>& hf_families() {
-  static const std::vector<const HfFamily*> all = {&kHfLlama, &kHfMistral, &kHfQwen2, &kHfQwen3,
-                                                   &kHfGpt2,  &kHfMixtral, &kHfGptOss};
+  static const std::vector<const HfFamily*> all = {&kHfLlama,  &kHfMistral, &kHfQwen2,  &kHfQwen3,
+                                                   &kHfGpt2,   &kHfMixtral, &kHfGptOss, &kHfGemma,
+                                                   &kHfGemma2, &kHfGemma3};
   return all;
 }
 

@@ -3,7 +3,8 @@
 // hold. `tessera convert` (hf_convert.h), the config map (hf_config.h) and the tensor map
 // (hf_tensors.h) read these tables and nothing else about a family; the tables live beside each
 // other in hf_llama.cc (llama, mistral), hf_qwen.cc (qwen2, qwen3), hf_gpt2.cc (gpt2),
-// hf_mixtral.cc (mixtral) and hf_gpt_oss.cc (gpt_oss). Adding a family is adding a table here.
+// hf_mixtral.cc (mixtral), hf_gpt_oss.cc (gpt_oss) and hf_gemma.cc (gemma, gemma2, gemma3_text). Adding a
+// family is adding a table here.
 //
 // Tensor rules. A rule maps one Tessera parameter to one Hugging Face tensor, or to a part of one:
 //   tessera   the parameter's name; "{l}" is the decoder layer
@@ -44,7 +45,9 @@ struct HfTensorRule {
   int index = 0, count = 1;  // kBlock / kInterleaved: the index-th of count parts
 };
 
-enum class HfValue { kCount, kReal, kBool };  // a positive integer, a number, true/false
+// A positive integer, a number, true/false; kCap: a positive number or null (none: Tessera's 0,
+// as Gemma's soft caps), where null is not the same as absent (which takes the fallback).
+enum class HfValue { kCount, kReal, kBool, kCap };
 
 struct HfField {
   std::string_view hf;       // config.json key
@@ -62,6 +65,9 @@ struct HfFixed {
   std::string_view hf;
   std::string_view json;  // the only value Tessera reads, as JSON text; written on export
   std::string_view why;   // said when another value is found
+  // Another value read as the same (Gemma's legacy hidden_act "gelu", which transformers runs as
+  // gelu_pytorch_tanh), as JSON text; never written.
+  std::string_view also = "";
 };
 
 struct HfKey {
@@ -73,7 +79,8 @@ struct HfKey {
 enum class HfWindow {
   kNone,         // no window (Llama, GPT-2); Qwen's use_sliding_window must be false
   kOptional,     // sliding_window: an int for every layer, or null (Mistral, Mixtral)
-  kAlternating,  // layer_types: sliding, full, sliding, ... with sliding_window (GPT-OSS)
+  kAlternating,  // layer_types: sliding, full, sliding, ... with sliding_window (GPT-OSS, Gemma 2)
+  kFiveToOne,    // layer_types: five sliding, then one full (l % 6 == 5), ... (Gemma 3)
 };
 
 struct HfFamily {
@@ -91,6 +98,11 @@ struct HfFamily {
   // yarn); "": no rotary positions, and no RoPE fields (GPT-2).
   std::string_view rope_types = "default";
   double default_rope_theta = 10000.0;
+  // RoPE per layer type (Gemma 3): full_attention layers rotate with rope_theta and the table's
+  // rope_types (default, linear), sliding_attention ones with their own theta
+  // (rope_local_base_freq) and no scaling. default_rope_theta is the full layers'.
+  bool local_rope = false;
+  double default_local_rope_theta = 10000.0;
   HfWindow window = HfWindow::kNone;
   int64_t default_window = 0;  // kOptional: transformers' sliding_window when absent (0: null)
   bool mxfp4 = false;          // quantization_config quant_method mxfp4: *_blocks + *_scales tensors
@@ -115,11 +127,12 @@ std::string hf_model_types();
 std::string hf_blocks();
 
 // The tables (one file each, beside this one).
-extern const HfFamily kHfLlama, kHfMistral;  // hf_llama.cc
-extern const HfFamily kHfQwen2, kHfQwen3;    // hf_qwen.cc
-extern const HfFamily kHfGpt2;               // hf_gpt2.cc
-extern const HfFamily kHfMixtral;            // hf_mixtral.cc
-extern const HfFamily kHfGptOss;             // hf_gpt_oss.cc
+extern const HfFamily kHfLlama, kHfMistral;            // hf_llama.cc
+extern const HfFamily kHfQwen2, kHfQwen3;              // hf_qwen.cc
+extern const HfFamily kHfGpt2;                         // hf_gpt2.cc
+extern const HfFamily kHfMixtral;                      // hf_mixtral.cc
+extern const HfFamily kHfGptOss;                       // hf_gpt_oss.cc
+extern const HfFamily kHfGemma, kHfGemma2, kHfGemma3;  // hf_gemma.cc
 // The Llama decoder's tensors (embedding, attention with optional biases and QK-norm, gated MLP,
 // norms, head), which Mistral and Qwen share and Mixtral and GPT-OSS extend.
 // (Functions, not globals: the tables of other files are built from them during static
