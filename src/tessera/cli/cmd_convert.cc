@@ -14,8 +14,8 @@ namespace tessera::cli {
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& a) {
   CLI::App* sub = app.add_subcommand(
       "convert",
-      "Convert checkpoints (Llama, Mistral, Qwen, GPT-2, Mixtral, GPT-OSS) between Hugging Face safetensors "
-      "and Tessera checkpoints.");
+      "Convert checkpoints (Llama, Mistral, Qwen, GPT-2, Mixtral, GPT-OSS, Gemma) between Hugging Face "
+      "safetensors and Tessera checkpoints.");
   const auto sides = CLI::IsMember({"hf", "tessera"});
   sub->add_option("--from", a.from, "layout of SOURCE: hf or tessera")->required()->check(sides);
   sub->add_option("--to", a.to, "layout to write: tessera or hf")->required()->check(sides);
