@@ -572,6 +572,51 @@ json field_from_tessera(const HfFamily& fam, const HfField& f, const Config& cfg
   TESSERA_ASSERT(false);
 }
 
+// The RoPE fields of `cfg` in Hugging Face's terms (parse_rope's "rope_theta", "rope_scaling" and,
+// per layer type, "rope_local_base_freq").
+void rope_from_tessera(const HfFamily& fam, const Config& cfg, json& fields) {
+  if (fam.local_rope) {
+    if (cfg.rope_type != "default")
+      cannot_express(fam,
+                     fmt::format("rope_type={} (converted for {}: default, with rope_linear_scaling_factor)",
+                                 cfg.rope_type, fam.model_type));
+    if (cfg.local_rope_max_timescale <= 1)
+      cannot_express(fam,
+                     fmt::format("local_rope_max_timescale={} ({}'s sliding layers have their own theta)",
+                                 cfg.local_rope_max_timescale, fam.model_type));
+    if (!(cfg.rope_linear_scaling_factor > 0))
+      cannot_express(fam, fmt::format("rope_linear_scaling_factor={}", cfg.rope_linear_scaling_factor));
+    fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
+    fields["rope_local_base_freq"] = static_cast<double>(cfg.local_rope_max_timescale);
+    fields["rope_scaling"] = nullptr;
+    if (cfg.rope_linear_scaling_factor != 1)
+      fields["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_linear_scaling_factor}};
+  } else if (!fam.rope_types.empty()) {
+    fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
+    fields["rope_scaling"] = nullptr;
+    const std::string kind = cfg.rope_type == "llama3.1" ? "llama3" : cfg.rope_type;
+    if (!listed(fam.rope_types, kind))
+      cannot_express(fam, fmt::format("rope_type={} (converted for {}: [{}])", cfg.rope_type, fam.model_type,
+                                      fmt::join(words(fam.rope_types), ", ")));
+    if (kind == "llama3")
+      fields["rope_scaling"] = {{"rope_type", "llama3"},
+                                {"factor", kLlama3RopeFactor},
+                                {"low_freq_factor", kLlama3LowFreqFactor},
+                                {"high_freq_factor", kLlama3HighFreqFactor},
+                                {"original_max_position_embeddings", kLlama3OriginalContext}};
+    if (kind == "yarn") {
+      if (!cfg.rope_attention_scaling)
+        cannot_express(fam, "rope_type=yarn with rope_attention_scaling=false (transformers' YaRN scales)");
+      fields["rope_scaling"] = {{"rope_type", "yarn"},
+                                {"factor", cfg.rope_factor},
+                                {"beta_fast", cfg.beta_fast},
+                                {"beta_slow", cfg.beta_slow},
+                                {"original_max_position_embeddings", cfg.original_max_position_embeddings},
+                                {"truncate", cfg.rope_truncate}};
+    }
+  }
+}
+
 }  // namespace
 
 HfModel hf_model_from_tessera(const Config& given) {
@@ -603,46 +648,7 @@ HfModel hf_model_from_tessera(const Config& given) {
                      fmt::format("{}={} (transformers' {} computes {} = {})", f.tessera, m.fields[key].dump(),
                                  fam.model_type, f.hf, fallback_of(none, f, m.fields).dump()));
   }
-  if (fam.local_rope) {
-    if (cfg.rope_type != "default")
-      cannot_express(fam,
-                     fmt::format("rope_type={} (converted for {}: default, with rope_linear_scaling_factor)",
-                                 cfg.rope_type, fam.model_type));
-    if (cfg.local_rope_max_timescale <= 1)
-      cannot_express(fam,
-                     fmt::format("local_rope_max_timescale={} ({}'s sliding layers have their own theta)",
-                                 cfg.local_rope_max_timescale, fam.model_type));
-    if (!(cfg.rope_linear_scaling_factor > 0))
-      cannot_express(fam, fmt::format("rope_linear_scaling_factor={}", cfg.rope_linear_scaling_factor));
-    m.fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
-    m.fields["rope_local_base_freq"] = static_cast<double>(cfg.local_rope_max_timescale);
-    m.fields["rope_scaling"] = nullptr;
-    if (cfg.rope_linear_scaling_factor != 1)
-      m.fields["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_linear_scaling_factor}};
-  } else if (!fam.rope_types.empty()) {
-    m.fields["rope_theta"] = static_cast<double>(cfg.rope_max_timescale);
-    m.fields["rope_scaling"] = nullptr;
-    const std::string kind = cfg.rope_type == "llama3.1" ? "llama3" : cfg.rope_type;
-    if (!listed(fam.rope_types, kind))
-      cannot_express(fam, fmt::format("rope_type={} (converted for {}: [{}])", cfg.rope_type, fam.model_type,
-                                      fmt::join(words(fam.rope_types), ", ")));
-    if (kind == "llama3")
-      m.fields["rope_scaling"] = {{"rope_type", "llama3"},
-                                  {"factor", kLlama3RopeFactor},
-                                  {"low_freq_factor", kLlama3LowFreqFactor},
-                                  {"high_freq_factor", kLlama3HighFreqFactor},
-                                  {"original_max_position_embeddings", kLlama3OriginalContext}};
-    if (kind == "yarn") {
-      if (!cfg.rope_attention_scaling)
-        cannot_express(fam, "rope_type=yarn with rope_attention_scaling=false (transformers' YaRN scales)");
-      m.fields["rope_scaling"] = {{"rope_type", "yarn"},
-                                  {"factor", cfg.rope_factor},
-                                  {"beta_fast", cfg.beta_fast},
-                                  {"beta_slow", cfg.beta_slow},
-                                  {"original_max_position_embeddings", cfg.original_max_position_embeddings},
-                                  {"truncate", cfg.rope_truncate}};
-    }
-  }
+  rope_from_tessera(fam, cfg, m.fields);
   const bool window = cfg.attention_type == "local_sliding";
   switch (fam.window) {
     case HfWindow::kNone:
