@@ -104,7 +104,7 @@ struct HfFamily {
   bool local_rope = false;
   double default_local_rope_theta = 10000.0;
   HfWindow window = HfWindow::kNone;
-  int64_t default_window = 0;  // kOptional: transformers' sliding_window when absent (0: null)
+  int64_t default_window = 0;  // transformers' sliding_window when absent (kOptional: 0 is null)
   bool mxfp4 = false;          // quantization_config quant_method mxfp4: *_blocks + *_scales tensors
   // Importing also reads checkpoints saved without this prefix of every name (GPT-2's Hub
   // checkpoint names h.0.attn.c_attn.weight, transformers' state dict transformer.h.0...).
