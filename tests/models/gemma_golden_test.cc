@@ -92,11 +92,8 @@ struct Golden {
   }
 };
 
-// One Tessera parameter and its Hugging Face name; Linear weights are [out, in] there.
-struct Name {
-  std::string tessera, hf;
-  bool transpose = false;
-};
+using testing::hf_values;
+using Name = testing::HfName;
 
 std::vector<Name> gemma_names(const models::ModelSpec& s) {
   std::vector<Name> n = {{"token_embedder.embedding", "model.embed_tokens.weight"},
@@ -126,14 +123,6 @@ std::vector<Name> gemma_names(const models::ModelSpec& s) {
     n.push_back({t + "mlp.wo.kernel", h + "mlp.down_proj.weight", true});
   }
   return n;
-}
-
-// The Hugging Face values of `n` in Tessera's layout.
-std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefix, const Name& n) {
-  const Tensor t = f.get(prefix + n.hf);
-  std::vector<double> v = testing::to_vector(t);
-  if (!n.transpose) return v;
-  return testing::transposed(v, t.dim(0), t.dim(1));
 }
 
 testing::GoldenPlan golden_plan(const Golden& g, DType dtype) {

@@ -49,6 +49,21 @@ inline std::vector<double> transposed(const std::vector<double>& v, int64_t rows
   return out;
 }
 
+// One Tessera parameter and its Hugging Face name, for the families whose Linear weights are
+// [out, in] there (transpose) and whose other tensors are Tessera's as they are.
+struct HfName {
+  std::string tessera, hf;
+  bool transpose = false;
+};
+
+// The file's tensor `prefix` + n.hf in Tessera's layout.
+inline std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefix, const HfName& n) {
+  const Tensor t = f.get(prefix + n.hf);
+  std::vector<double> v = to_vector(t);
+  if (!n.transpose) return v;
+  return transposed(v, t.dim(0), t.dim(1));
+}
+
 // The logits of the tokens whose routing is not a near-tie: a token whose k-th and (k+1)-th router
 // logits (float32, from the file's router_logits.<layer> [N, X]) are closer than `margin` in any
 // layer may pick another expert in bfloat16 in either implementation. Fills got/want with the
