@@ -202,6 +202,11 @@ TEST_F(ParallelTraining, Gpt2FsdpOnTwoRanks) {
   expect_same_as_one_process(2, "gpt2_fsdp2", {}, {.run = "one_gpt2", .extra = {"model_name=gpt2-test"}});
 }
 
+// gemma-test: Gemma 3's layers (five local, one global, two RoPE tables, QK-norm) with both soft caps.
+TEST_F(ParallelTraining, GemmaFsdpOnTwoRanks) {
+  expect_same_as_one_process(2, "gemma_fsdp2", {}, {.run = "one_gemma", .extra = {"model_name=gemma-test"}});
+}
+
 TEST_F(ParallelTraining, FsdpWithGradientAccumulation) {
   // Each micro-step reduce-scatters every layer's gradients into the pieces, which accumulate.
   expect_same_as_one_process(2, "fsdp2_ga", {},

@@ -10,6 +10,7 @@
 // Skipped, visibly, where mpirun or the tessera binary is missing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -48,7 +49,6 @@ class TensorParallelMpirun : public ::testing::Test {
            shell_quote((fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string());
     const std::vector<std::string> args = {"run_name=" + run,
                                            "base_output_directory=" + dir_.path.string(),
-                                           "model_name=llama-test",
                                            "steps=" + std::to_string(steps),
                                            "per_device_batch_size=" + std::to_string(kGlobalBatch / np),
                                            "max_target_length=32",
@@ -64,6 +64,9 @@ class TensorParallelMpirun : public ::testing::Test {
                                            "num_threads=1",
                                            "device_peak_tflops=1"};
     for (const std::string& a : args) cmd += " " + shell_quote(a);
+    const bool model_named = std::any_of(extra.begin(), extra.end(),
+                                         [](const std::string& a) { return a.starts_with("model_name="); });
+    if (!model_named) cmd += " model_name=llama-test";
     for (const std::string& a : extra) cmd += " " + shell_quote(a);
     return testing::run_command(cmd, 120);
   }
@@ -182,6 +185,28 @@ TEST_F(TensorParallelMpirun, FsdpTimesTensorOnFourRanksTrainsLikeOneProcess) {
   const auto both = train("fsdp2_tp2", 4, {"ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"});
   ASSERT_EQ(both.exit_code, 0) << both.output;
   expect_same_training("one", "fsdp2_tp2");
+}
+
+// Gemma 2 (soft-capped attention and logits, (1 + w) norms, post norms, local and global layers):
+// the heads and MLP split over two tensor ranks, and FSDP x tensor on four, train like one process.
+TEST_F(TensorParallelMpirun, Gemma2TrainsLikeOneProcessOverTensorAndFsdpTimesTensor) {
+  const std::vector<std::string> gemma2 = {"model_name=gemma-test",       "override_model_config=true",
+                                           "decoder_block=gemma2",        "base_num_decoder_layers=3",
+                                           "local_rope_max_timescale=-1", "rope_linear_scaling_factor=1",
+                                           "rope_max_timescale=10000",    "query_pre_attn_scalar=24"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), gemma2.begin(), gemma2.end());
+    return more;
+  };
+  const auto one = train("gemma2_one", 1, with({}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto tp = train("gemma2_tp2", 2, with({"ici_tensor_parallelism=2"}));
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  expect_same_training("gemma2_one", "gemma2_tp2");
+  const auto both =
+      train("gemma2_fsdp2_tp2", 4, with({"ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"}));
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  expect_same_training("gemma2_one", "gemma2_fsdp2_tp2");
 }
 
 }  // namespace
