@@ -598,7 +598,7 @@ TEST(ImportErrors, UnsupportedConfigIsRefusedNamingTheField) {
          j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
        },
        "rope type 'yarn'"},
-      {[](json& j) { j["rope_scaling"]["factor"] = 32.0; }, "its factor is 32.0"},
+      {[](json& j) { j["rope_scaling"]["low_freq_factor"] = 4.0; }, "0 < low_freq_factor < high_freq_factor"},
       {[](json& j) { j["rope_scaling"]["beta_fast"] = 32; }, "its field 'beta_fast'"},
       {[](json& j) { j["attention_bias"] = true; }, "\"attention_bias\": true is not supported"},
       {[](json& j) { j["hidden_act"] = "gelu"; }, "\"hidden_act\": \"gelu\""},
@@ -623,6 +623,22 @@ TEST(ImportErrors, UnsupportedConfigIsRefusedNamingTheField) {
 // legacy hidden_act "gelu" (run as the tanh GELU), Gemma 3's rope_theta, rope_local_base_freq and
 // rope_scaling at the top with sliding_window_pattern instead of layer_types; Gemma 2's soft caps
 // default to 50 / 30 when absent, and null is none.
+// Llama 3.2's rope_scaling (factor 32) goes into the llama3_* keys and comes back out on export.
+TEST(Import, Llama32RopeFactorsRoundTripThroughTheLlama3Keys) {
+  json j = convert::read_json_file((kGolden / "llama_gqa" / "config.json").string());
+  j["rope_scaling"]["factor"] = 32.0;
+  const convert::HfModel m = convert::parse_hf_config(j, "a");
+  const std::string yaml = convert::tessera_model_yaml(m, "float32");
+  EXPECT_TRUE(has(yaml, "\nrope_type: llama3.1\n")) << yaml;
+  EXPECT_TRUE(has(yaml, "\nllama3_rope_factor: 32\n")) << yaml;
+  EXPECT_TRUE(has(yaml, "\nllama3_original_max_position_embeddings: 8192\n")) << yaml;
+  const std::vector<std::string> o = {"run_name=x", "model_name=llama3.2-1b"};
+  const Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
+  const convert::HfModel back = convert::hf_model_from_tessera(cfg);
+  EXPECT_EQ(back.fields["rope_scaling"]["factor"], 32.0);
+  EXPECT_EQ(back.fields["rope_scaling"]["original_max_position_embeddings"], 8192);
+}
+
 TEST(Import, GemmaConfigLayoutsAndDefaults) {
   auto config_of = [](const std::string& name) {
     return convert::read_json_file((kGolden / name / "config.json").string());

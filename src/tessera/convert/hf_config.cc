@@ -262,26 +262,20 @@ void parse_rope(const Reader& r, const HfFamily& fam, json& out) {
     return rope[key].get<double>();
   };
   out["rope_scaling"] = nullptr;
-  if (kind == "llama3") {
-    const std::pair<const char*, double> want[] = {
-        {"factor", kLlama3RopeFactor},
-        {"low_freq_factor", kLlama3LowFreqFactor},
-        {"high_freq_factor", kLlama3HighFreqFactor},
-        {"original_max_position_embeddings", static_cast<double>(kLlama3OriginalContext)}};
-    for (const auto& [key, value] : want) {
-      allowed.insert(key);
-      if (!rope.contains(key) || !rope[key].is_number() || rope[key].get<double>() != value)
-        r.refuse(where,
-                 fmt::format("not supported: its {} is {}, and Tessera's rope_type=llama3.1 has Llama 3.1's "
-                             "{} = {} (factor 8, low_freq_factor 1, high_freq_factor 4, "
-                             "original_max_position_embeddings 8192)",
-                             key, rope.contains(key) ? rope[key].dump() : "absent", key, value));
-    }
+  if (kind == "llama3") {  // Llama 3.1 (factor 8) and 3.2 (factor 32): the llama3_* keys carry them
+    const double factor = number("factor", std::nullopt), low = number("low_freq_factor", std::nullopt),
+                 high = number("high_freq_factor", std::nullopt),
+                 original = number("original_max_position_embeddings", std::nullopt);
+    if (!(factor > 0 && low > 0 && high > low))
+      r.refuse(where,
+               "not valid: llama3 scaling needs factor > 0 and 0 < low_freq_factor < high_freq_factor");
+    if (original < 1 || std::floor(original) != original)
+      r.refuse(where, "not valid: its original_max_position_embeddings is not a positive integer");
     out["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", kLlama3RopeFactor},
-                           {"low_freq_factor", kLlama3LowFreqFactor},
-                           {"high_freq_factor", kLlama3HighFreqFactor},
-                           {"original_max_position_embeddings", kLlama3OriginalContext}};
+                           {"factor", factor},
+                           {"low_freq_factor", low},
+                           {"high_freq_factor", high},
+                           {"original_max_position_embeddings", static_cast<int64_t>(original)}};
   } else if (kind == "yarn") {
     const double factor = number("factor", std::nullopt);
     if (!(factor >= 1)) r.refuse(where, "not supported: its factor is below 1");
@@ -487,6 +481,12 @@ std::string tessera_model_yaml(const HfModel& m, const std::string& compute_dtyp
     const json& s = f["rope_scaling"];
     const std::string kind = s.is_null() ? "default" : s["rope_type"].get<std::string>();
     line("rope_type", kind == "llama3" ? "llama3.1" : kind);
+    if (kind == "llama3") {
+      line("llama3_rope_factor", yaml_number(s["factor"]));
+      line("llama3_low_freq_factor", yaml_number(s["low_freq_factor"]));
+      line("llama3_high_freq_factor", yaml_number(s["high_freq_factor"]));
+      line("llama3_original_max_position_embeddings", yaml_number(s["original_max_position_embeddings"]));
+    }
     if (kind == "yarn") {
       line("rope_factor", yaml_number(s["factor"]));
       line("beta_fast", yaml_number(s["beta_fast"]));
@@ -599,11 +599,12 @@ void rope_from_tessera(const HfFamily& fam, const Config& cfg, json& fields) {
       cannot_express(fam, fmt::format("rope_type={} (converted for {}: [{}])", cfg.rope_type, fam.model_type,
                                       fmt::join(words(fam.rope_types), ", ")));
     if (kind == "llama3")
-      fields["rope_scaling"] = {{"rope_type", "llama3"},
-                                {"factor", kLlama3RopeFactor},
-                                {"low_freq_factor", kLlama3LowFreqFactor},
-                                {"high_freq_factor", kLlama3HighFreqFactor},
-                                {"original_max_position_embeddings", kLlama3OriginalContext}};
+      fields["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", cfg.llama3_rope_factor},
+          {"low_freq_factor", cfg.llama3_low_freq_factor},
+          {"high_freq_factor", cfg.llama3_high_freq_factor},
+          {"original_max_position_embeddings", cfg.llama3_original_max_position_embeddings}};
     if (kind == "yarn") {
       if (!cfg.rope_attention_scaling)
         cannot_express(fam, "rope_type=yarn with rope_attention_scaling=false (transformers' YaRN scales)");

@@ -9,9 +9,9 @@
 // Shared kinds, switched on per table:
 //   RoPE      rope_theta and rope_scaling at the top level (transformers 4's layout: the Hub's
 //             Llama 2/3/3.1 and Mistral configs) or rope_parameters holding both (transformers 5).
-//             default -> rope_type default; llama3 -> rope_type llama3.1, with Llama 3.1's
-//             published constants only (factor 8, low 1, high 4, original context 8192: Tessera's
-//             rope_type=llama3.1 fixes them, as MaxText does); yarn -> rope_type yarn with
+//             default -> rope_type default; llama3 -> rope_type llama3.1 with the checkpoint's
+//             factor, low/high_freq_factor and original_max_position_embeddings in the llama3_*
+//             keys (Llama 3.1: 8, 1, 4, 8192; Llama 3.2: factor 32); yarn -> rope_type yarn with
 //             rope_factor, beta_fast, beta_slow, original_max_position_embeddings, rope_truncate
 //             and rope_attention_scaling=true (transformers' default attention factor
 //             0.1 ln(factor) + 1). rope_theta -> rope_max_timescale (a whole number in Tessera).
@@ -47,12 +47,6 @@
 #include "tessera/convert/hf_family.h"
 
 namespace tessera::convert {
-
-// Llama 3.1's RoPE scaling, the only llama3 scaling Tessera builds (ops::Llama3RopeScaling's).
-inline constexpr double kLlama3RopeFactor = 8.0;
-inline constexpr double kLlama3LowFreqFactor = 1.0;
-inline constexpr double kLlama3HighFreqFactor = 4.0;
-inline constexpr int64_t kLlama3OriginalContext = 8192;
 
 // A Hugging Face model's settings: its table, and every field that decides the weights and the
 // forward pass, resolved (defaults applied) in Hugging Face's terms (rope_theta and rope_scaling,
