@@ -216,10 +216,9 @@ struct MoeExchangeAttrs {
   int64_t buffer_rows = 0;  // Rb
   double buffer_factor = -1;
 };
-using NodeAttrs =
-    std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs, ActivationAttrs,
-                 EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs, GroupedMatmulAttrs, ScalarAttrs,
-                 MoeExchangeAttrs>;
+using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs,
+                               ActivationAttrs, EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs,
+                               GroupedMatmulAttrs, ScalarAttrs, MoeExchangeAttrs>;
 
 struct Node {
   OpKind op;
