@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/safetensors.h"
 #include "testing/process_util.h"
 
 namespace tessera::testing {
@@ -116,6 +118,64 @@ inline std::vector<pid_t> children_named(pid_t parent, const std::string& name) 
     rest >> state >> ppid;
     if (ppid == parent && line.substr(open + 1, close - open - 1) == name) out.push_back(std::stoi(pid));
   }
+  return out;
+}
+
+// Every parameter of the checkpoint folder, put together from its params*.safetensors pieces
+// (metadata "piece:<name>" = "offset=a,b whole=c,d"); each must be covered exactly once.
+inline std::map<std::string, std::vector<double>> checkpoint_params(const std::filesystem::path& folder) {
+  auto ints = [](const std::string& s) {
+    std::vector<int64_t> out;
+    for (size_t pos = 0; pos < s.size();) {
+      size_t end = s.find(',', pos);
+      if (end == std::string::npos) end = s.size();
+      out.push_back(std::stoll(s.substr(pos, end - pos)));
+      pos = end + 1;
+    }
+    return out;
+  };
+  // Writes the f32 piece `t` at `offset` into the row-major whole tensor of shape `whole`.
+  auto place = [](const Tensor& t, const std::vector<int64_t>& offset, const std::vector<int64_t>& whole,
+                  std::vector<double>& out) {
+    int64_t n = 1;
+    for (int64_t w : whole) n *= w;
+    if (out.empty()) out.assign(static_cast<size_t>(n), NAN);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t rest = i, gi = 0, stride = 1;
+      std::vector<int64_t> idx(whole.size());
+      for (int d = t.rank() - 1; d >= 0; --d) {
+        idx[d] = rest % t.dim(d) + offset[d];
+        rest /= t.dim(d);
+      }
+      for (int d = t.rank() - 1; d >= 0; --d) {
+        gi += idx[d] * stride;
+        stride *= whole[d];
+      }
+      out[static_cast<size_t>(gi)] = t.ptr<float>()[i];
+    }
+  };
+  std::map<std::string, std::vector<double>> out;
+  std::map<std::string, int64_t> filled;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    const std::string file = e.path().filename().string();
+    if (!file.starts_with("params") || !file.ends_with(".safetensors")) continue;
+    SafetensorsFile f(e.path().string());
+    for (const std::string& name : f.names()) {
+      const Tensor t = f.get(name);
+      std::vector<int64_t> offset(static_cast<size_t>(t.rank()), 0), whole;
+      for (int d = 0; d < t.rank(); ++d) whole.push_back(t.dim(d));
+      if (auto it = f.metadata().find("piece:" + name); it != f.metadata().end()) {
+        const std::string& m = it->second;
+        const size_t w = m.find(" whole=");
+        offset = ints(m.substr(7, w - 7));
+        whole = ints(m.substr(w + 7));
+      }
+      place(t, offset, whole, out[name]);
+      filled[name] += t.numel();
+    }
+  }
+  for (auto& [name, v] : out)
+    EXPECT_EQ(filled[name], static_cast<int64_t>(v.size())) << name << " in " << folder;
   return out;
 }
 

@@ -80,31 +80,7 @@ class TensorParallelMpirun : public ::testing::Test {
 
   // Every parameter of the checkpoint after `step`, put together from its files' pieces.
   std::map<std::string, std::vector<double>> params(const std::string& run, int step) {
-    std::map<std::string, std::vector<double>> out;
-    std::map<std::string, int64_t> filled;
-    const fs::path folder = dir_.path / run / "checkpoints" / std::to_string(step);
-    for (const auto& e : fs::directory_iterator(folder)) {
-      const std::string file = e.path().filename().string();
-      if (!file.starts_with("params") || !file.ends_with(".safetensors")) continue;
-      SafetensorsFile f(e.path().string());
-      for (const std::string& name : f.names()) {
-        const Tensor t = f.get(name);
-        std::vector<int64_t> offset(static_cast<size_t>(t.rank()), 0), whole;
-        for (int d = 0; d < t.rank(); ++d) whole.push_back(t.dim(d));
-        if (auto it = f.metadata().find("piece:" + name); it != f.metadata().end()) {
-          // "offset=a,b whole=c,d"
-          const std::string& m = it->second;
-          const size_t w = m.find(" whole=");
-          offset = ints(m.substr(7, w - 7));
-          whole = ints(m.substr(w + 7));
-        }
-        place(t, offset, whole, out[name]);
-        filled[name] += t.numel();
-      }
-    }
-    for (auto& [name, v] : out)
-      EXPECT_EQ(filled[name], static_cast<int64_t>(v.size())) << name << " in " << run;
-    return out;
+    return testing::checkpoint_params(dir_.path / run / "checkpoints" / std::to_string(step));
   }
 
   void expect_same_training(const std::string& one, const std::string& many) {
@@ -125,38 +101,6 @@ class TensorParallelMpirun : public ::testing::Test {
   }
 
   testing::TempDir dir_{"tp-mpirun"};
-
- private:
-  static std::vector<int64_t> ints(const std::string& s) {
-    std::vector<int64_t> out;
-    for (size_t pos = 0; pos < s.size();) {
-      size_t end = s.find(',', pos);
-      if (end == std::string::npos) end = s.size();
-      out.push_back(std::stoll(s.substr(pos, end - pos)));
-      pos = end + 1;
-    }
-    return out;
-  }
-  // Writes the f32 piece `t` at `offset` into the row-major whole tensor of shape `whole`.
-  static void place(const Tensor& t, const std::vector<int64_t>& offset, const std::vector<int64_t>& whole,
-                    std::vector<double>& out) {
-    int64_t n = 1;
-    for (int64_t w : whole) n *= w;
-    if (out.empty()) out.assign(static_cast<size_t>(n), NAN);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      int64_t rest = i, gi = 0, stride = 1;
-      std::vector<int64_t> idx(whole.size());
-      for (int d = t.rank() - 1; d >= 0; --d) {
-        idx[d] = rest % t.dim(d) + offset[d];
-        rest /= t.dim(d);
-      }
-      for (int d = t.rank() - 1; d >= 0; --d) {
-        gi += idx[d] * stride;
-        stride *= whole[d];
-      }
-      out[static_cast<size_t>(gi)] = t.ptr<float>()[i];
-    }
-  }
 };
 
 TEST_F(TensorParallelMpirun, TwoTensorRanksTrainLikeOneProcess) {
