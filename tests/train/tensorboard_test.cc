@@ -219,6 +219,10 @@ TEST(TensorBoard, TensorBoardsOwnReaderReadsTheTrainersScalars) {
       "perf/per_device_tflops_per_sec", [](auto& m) { return m.tflops_per_device; }, all);
   expect_series(
       "perf/per_device_tokens_per_sec", [](auto& m) { return m.tokens_per_device; }, all);
+  expect_series(
+      "perf/per_device_hardware_tflops_per_sec", [](auto& m) { return m.hw_tflops_per_device; }, all);
+  expect_series(
+      "perf/hfu", [](auto& m) { return m.hfu; }, all);
   // The parameter norm is computed on log steps only: 0, 3 and the last.
   expect_series("learning/param_norm", [](auto& m) { return *m.param_norm; }, {0, 3, 6});
   fs::remove_all(dir);

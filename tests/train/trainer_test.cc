@@ -72,6 +72,37 @@ TEST(Trainer, MetricsFollowMaxTextsFormula) {
   EXPECT_GT(m.grad_norm, 0);
 }
 
+// The hardware rate counts what a step executes: the backward as run (2 x each matmul, 2.5 x the
+// flash attention forward: it recomputes the scores) and the remat recomputation, which full remat
+// adds and `none` does not.
+TEST(Trainer, HardwareFlopsCountTheBackwardAndTheRecomputation) {
+  const double B = 2, S = 16, E = 64, H = 4, K = 2, D = 16, F = 160, V = 512, L = 2;
+  const double attention = L * 2 * B * S * S * H * D;
+  const double matmul =
+      L * (2 * B * S * F * E * 3 + 2 * B * S * E * (H + 2 * K) * D + 2 * B * S * E * H * D) +
+      2 * B * S * E * V;
+  std::ostringstream log;
+  train::Trainer none(small_config({"remat_policy=none"}), log);
+  const graph::FlopReport& f = none.plan().flops();
+  EXPECT_DOUBLE_EQ(f.recompute, 0);
+  EXPECT_DOUBLE_EQ(f.backward, 2 * matmul + 2.5 * attention);
+  EXPECT_DOUBLE_EQ(f.executed_training(), 3 * matmul + 3.5 * attention + f.optimizer);
+  train::StepMetrics m = none.step();
+  EXPECT_NEAR(m.hw_tflops_per_device, f.executed_training() / m.seconds / 1e12, 1e-9);
+  EXPECT_NEAR(m.hfu, m.hw_tflops_per_device / 0.5, 1e-9);
+  EXPECT_GT(m.hfu, m.mfu);
+
+  train::Trainer full(small_config({"remat_policy=full"}), log);
+  const graph::FlopReport& g = full.plan().flops();
+  EXPECT_DOUBLE_EQ(g.model_training(), f.model_training());
+  // Full remat re-runs each decoder layer's forward from its saved input up to what the backward
+  // needs: every matmul and the attention but the MLP's down projection, whose output only feeds
+  // the next layer's (saved) input; never the unembedding.
+  EXPECT_DOUBLE_EQ(g.recompute, matmul - 2 * B * S * E * V - L * 2 * B * S * F * E + attention);
+  EXPECT_DOUBLE_EQ(g.executed_training(), f.executed_training() + g.recompute);
+  EXPECT_NE(log.str().find("executed TFLOP per step "), std::string::npos) << log.str();
+}
+
 // A mixture of experts counts active parameters only (MaxText's MoE formula: the router, and the
 // k chosen experts' three projections per token), and logs its load-balance loss inside the loss.
 TEST(Trainer, MixtureOfExpertsCountsActiveFlopsAndAddsTheLoadBalanceLoss) {

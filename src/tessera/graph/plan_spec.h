@@ -139,6 +139,9 @@ struct FlopReport {
   // MaxText's model FLOPs of one training micro-step on this rank: 3 x the forward pass (the
   // backward counted as twice the forward), remat recomputation not counted (MFU, not HFU).
   double model_training() const { return 3 * forward; }
+  // Every FLOP a training micro-step executes on this rank: forward, backward and the remat
+  // recomputation (the hardware FLOPs of HFU, which show what a remat policy costs).
+  double executed_training() const { return forward + backward + recompute + optimizer; }
   bool operator==(const FlopReport&) const = default;
 };
 

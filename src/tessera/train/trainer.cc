@@ -156,10 +156,12 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   log_ << fmt::format(
       "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
       "(MaxText's count over this rank's plan: 3 x forward matmul + causal attention, recompute not "
-      "counted); start-up {:.2f} s (plan and arenas {:.2f} s, init {:.2f} s)\n",
+      "counted), executed TFLOP per step {:.4f} (backward and recompute as run); start-up {:.2f} s "
+      "(plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
       cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated",
       plan_->flops().model_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
+      plan_->flops().executed_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
   const Tensor& dloss = plan_->view(plan_->dloss());
   std::fill(dloss.ptr<float>(), dloss.ptr<float>() + dloss.numel(), 1.0f);
@@ -430,6 +432,9 @@ StepMetrics Trainer::step() {
   r.tflops_per_device = flops / r.seconds / 1e12;
   r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
   r.mfu = flops / r.seconds / peak_flops_;
+  const double executed = plan_->flops().executed_training() * static_cast<double>(micro_steps);
+  r.hw_tflops_per_device = executed / r.seconds / 1e12;
+  r.hfu = executed / r.seconds / peak_flops_;
   diag_->step_end(step_, r.seconds);
   if (Goodput* g = diag_->goodput()) g->add_step(step_, r.seconds, data_seconds);
   ++step_;
@@ -440,7 +445,7 @@ StepMetrics Trainer::step() {
 void Trainer::write_metrics(const StepMetrics& m, bool flush) {
   if (!tensorboard_ && !metrics_file_) return;
   const double micro_steps = static_cast<double>(cfg_.gradient_accumulation_steps);
-  std::array<Scalar, 12> scalars = {{
+  std::array<Scalar, 14> scalars = {{
       {"learning/loss", m.loss},
       {"learning/grad_norm", m.grad_norm},
       {"learning/current_learning_rate", m.learning_rate},
@@ -452,8 +457,10 @@ void Trainer::write_metrics(const StepMetrics& m, bool flush) {
        static_cast<double>(m.total_weights) / static_cast<double>(mesh_->num_devices())},
       {"perf/per_device_tokens_per_sec", m.tokens_per_device},
       {"perf/mfu", m.mfu},
+      {"perf/per_device_hardware_tflops_per_sec", m.hw_tflops_per_device},
+      {"perf/hfu", m.hfu},
   }};
-  size_t n = 10;  // then the optional ones
+  size_t n = 12;  // then the optional ones
   if (m.moe_lb_loss) scalars[n++] = {"learning/moe_lb_loss", *m.moe_lb_loss};
   if (m.param_norm) scalars[n++] = {"learning/param_norm", *m.param_norm};
   const std::span<const Scalar> s(scalars.data(), n);
@@ -530,10 +537,11 @@ RunResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
       m.param_norm = exec_->param_norm();
       log_ << fmt::format(
                   "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.1f}, "
-                  "total_weights: {}, loss: {:.4f}{}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%\n",
+                  "total_weights: {}, loss: {:.4f}{}, grad_norm: {:.3f}, lr: {:.3e}, MFU: {:.1f}%, "
+                  "HW TFLOP/s/device: {:.3f}, HFU: {:.1f}%\n",
                   m.step, m.seconds, m.tflops_per_device, m.tokens_per_device, m.total_weights, m.loss,
                   m.moe_lb_loss ? fmt::format(", moe_lb_loss: {:.4f}", *m.moe_lb_loss) : "", m.grad_norm,
-                  m.learning_rate, 100 * m.mfu)
+                  m.learning_rate, 100 * m.mfu, m.hw_tflops_per_device, 100 * m.hfu)
            << std::flush;
     }
     write_metrics(m, log_step || sig != 0);

@@ -51,6 +51,10 @@ struct StepMetrics {
   double tflops_per_device = 0;
   double tokens_per_device = 0;
   double mfu = 0;
+  // Executed FLOPs (FlopReport::executed_training: recomputation included) per second and over the
+  // peak: the hardware rate and HFU beside MaxText's model TFLOP/s and MFU.
+  double hw_tflops_per_device = 0;
+  double hfu = 0;
   double grad_norm = 0;
   double learning_rate = 0;
   int64_t total_weights = 0;  // tokens counted in the loss
