@@ -22,6 +22,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libopenmpi-dev openmpi-bin
   iproute2 util-linux    # the two-host test: ip netns, veth links, unshare (tests/dist)
+  slurm-wlm              # the Slurm test: a private slurmctld + slurmd, srun (tests/dist/slurm_one_node.sh)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip  # test-only tools (TensorBoard's reader, the openai client)
   # The hardening jobs (scripts/hardening.sh): clang's sanitizers and libFuzzer, its OpenMP,

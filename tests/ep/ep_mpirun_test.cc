@@ -4,12 +4,16 @@
 // (metrics_file) and the same parameters after them (the saved checkpoints, put back together from
 // their pieces' offsets); the all-to-alls' bytes against the analytic figure; the sharded
 // checkpoints restored on other meshes; an undersized receive buffer refused with the step, the
-// layer and the key. Float32, synthetic data, one thread per rank, SGD (see tp_mpirun_test.cc).
+// layer and the key; the EP=2 x FSDP=2 job launched by Slurm (`srun -n 4 --mpi=pmix` on the
+// one-node cluster tests/dist/slurm_one_node.sh starts from Debian's slurmctld and slurmd) giving
+// the mpirun and one-process results. Float32, synthetic data, one thread per rank, SGD (see
+// tp_mpirun_test.cc).
 //
 // Tolerances: the expert axis moves rows without arithmetic, so what differs from one process is
 // the order of the sums over ranks (gradients, losses) and of the grouped matmuls' rows within
 // a group; as in tp_mpirun_test.cc, 1e-6 relative on the loss and 3 x 2e-5 x lr per parameter
 // element after 3 clipped SGD steps. Skipped, visibly, where mpirun or the tessera binary is missing.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,10 +54,14 @@ class ExpertParallelMpirun : public ::testing::Test {
   }
 
   // Trains `run` of `model` for `steps` on `np` ranks (np = 1: the plain process) with a global
-  // batch of `batch` sequences, a checkpoint after step 3 and one metrics line per step.
+  // batch of `batch` sequences, a checkpoint after step 3 and one metrics line per step; started
+  // by mpirun, or by `launcher` where one is given.
   testing::CommandResult train(const Model& model, const std::string& run, int np,
-                               const std::vector<std::string>& extra, int steps = kSteps, int batch = 4) {
-    std::string cmd = np > 1 ? testing::mpirun(np) + " " : "OMP_NUM_THREADS=1 ";
+                               const std::vector<std::string>& extra, int steps = kSteps, int batch = 4,
+                               const std::string& launcher = "") {
+    std::string cmd = !launcher.empty() ? launcher + " "
+                      : np > 1          ? testing::mpirun(np) + " "
+                                        : "OMP_NUM_THREADS=1 ";
     cmd += shell_quote(tessera_binary().string()) + " train " +
            shell_quote((fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string());
     const std::vector<std::string> args = {"run_name=" + run,
@@ -127,6 +135,31 @@ const std::vector<std::string> kEp2 = {"ici_expert_parallelism=2", "ici_fsdp_par
 TEST_F(ExpertParallelMpirun, MixtralEp2AndEp2TimesFsdp2TrainLikeOneProcess) {
   expect_meshes_train_like_one_process(
       kMixtral, {{2, kEp2}, {4, {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"}}});
+}
+
+// As users launch it under Slurm: OpenMPI on Debian is built against PMIx, so srun must offer it
+// (--mpi=pmix); OMP_NUM_THREADS travels with srun's environment. Skipped, with the script's
+// reason, where Slurm is missing or its one-node cluster cannot start (exit code 77).
+TEST_F(ExpertParallelMpirun, MixtralEp2TimesFsdp2UnderSlurmsSrunTrainsLikeMpirun) {
+  for (const char* tool : {"srun", "slurmctld", "slurmd"})
+    if (std::system(fmt::format("PATH=$PATH:/usr/sbin:/sbin command -v {} > /dev/null 2>&1", tool).c_str()) !=
+        0)
+      GTEST_SKIP() << tool << " is not installed (Debian: slurm-wlm, scripts/setup.sh)";
+  const std::vector<std::string> mesh = {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"};
+  const fs::path script = fs::path(TESSERA_SOURCE_DIR) / "tests" / "dist" / "slurm_one_node.sh";
+  const auto srun = train(kMixtral, "srun", 4, mesh, kSteps, 4,
+                          "SLURM_ONE_NODE_LIMIT_S=150 OMP_NUM_THREADS=1 " + shell_quote(script.string()) +
+                              " srun -n 4 --mpi=pmix");
+  if (srun.exit_code == 77) GTEST_SKIP() << srun.output;
+  ASSERT_EQ(srun.exit_code, 0) << srun.output;
+  // One MPI job of 4 ranks, not 4 one-rank jobs.
+  EXPECT_NE(srun.output.find("(4 rank(s) on 1 host(s))"), std::string::npos) << srun.output;
+  const auto mpirun = train(kMixtral, "mpirun", 4, mesh);
+  ASSERT_EQ(mpirun.exit_code, 0) << mpirun.output;
+  const auto one = train(kMixtral, "one", 1, {});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  expect_same_training("mpirun", "srun");
+  expect_same_training("one", "srun");
 }
 
 TEST_F(ExpertParallelMpirun, MixtralEp4Ep2TimesDp2AndEp2TimesTp2TrainLikeOneProcess) {
