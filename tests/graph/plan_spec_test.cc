@@ -100,6 +100,48 @@ TEST(PlanSpec, MemoryReportIsTheSumOfThePlacements) {
   }
 }
 
+// FSDP staging: a decoder layer's gather and gradient staging each have bytes of their own in the
+// layer's slot; the outer parameters' gather staging (used before the first reader in the forward
+// pass) and gradient staging (after the last writer in the backward pass) share one region, whose
+// size is the larger of the two lists, at the end of the gathered arena.
+TEST(PlanSpec, OuterGatherAndGradientStagingShareOneRegion) {
+  const PlanSpec p = tiny_plan(fsdp2(0));
+  struct Span {
+    size_t begin, end;
+  };
+  std::vector<Span> outer_gather, outer_grad;
+  size_t layer_end = 0, gather_bytes = 0, grad_bytes = 0;
+  for (const graph::ParamLayout& L : p.layouts()) {
+    if (!L.sharded()) continue;
+    for (const auto& g : L.gathered) {
+      layer_end = std::max(layer_end, p.view(g.value).offset + p.view(g.value).bytes());
+      if (L.fsdp_dim <= 0) continue;
+      ASSERT_EQ(g.staging.arena, ArenaKind::kGathered);
+      if (L.layer < 0) {
+        outer_gather.push_back({g.staging.offset, g.staging.offset + g.staging.bytes()});
+        gather_bytes += aligned_bytes(g.staging.shape, g.staging.dtype);
+      }
+    }
+    if (L.fsdp_dim > 0 && L.layer < 0) {
+      outer_grad.push_back({L.grad_staging.offset, L.grad_staging.offset + L.grad_staging.bytes()});
+      grad_bytes += aligned_bytes(L.grad_staging.shape, L.grad_staging.dtype);
+    }
+  }
+  // The embedding [V, E] is split over fsdp on E (dim 1), so it is staged.
+  ASSERT_FALSE(outer_gather.empty());
+  ASSERT_FALSE(outer_grad.empty());
+  const size_t region = outer_gather.front().begin;
+  EXPECT_EQ(outer_grad.front().begin, region);  // both lists start the shared region
+  for (const auto* list : {&outer_gather, &outer_grad})
+    for (size_t i = 0; i < list->size(); ++i) {
+      EXPECT_GE((*list)[i].begin, region);
+      for (size_t j = 0; j < i; ++j)  // within one list, no two share bytes
+        EXPECT_TRUE((*list)[i].begin >= (*list)[j].end || (*list)[j].begin >= (*list)[i].end);
+    }
+  EXPECT_LE(layer_end, region);
+  EXPECT_EQ(p.memory().gathered, region + std::max(gather_bytes, grad_bytes));
+}
+
 TEST(PlanSpec, NoTwoLiveValuesOverlap) {
   const PlanSpec p = tiny_plan({.remat_policy = "minimal"});
   const graph::Graph& g = p.graph();

@@ -191,18 +191,27 @@ void PlanSpec::make_layouts() {
 }
 
 // Places the gathered arena: slot 0, slot 1 (each as large as the largest layer of its parity
-// needs), then the outer parameters' buffers and the ZeRO-1 gradient pieces. slot_bytes holds the
-// two slots' sizes (a first call with zeros measures them) and receives the arena's total in [2].
+// needs), then the outer parameters' buffers and the ZeRO-1 gradient pieces, then the outer
+// parameters' staging. slot_bytes holds the two slots' sizes (a first call with zeros measures
+// them) and receives the arena's total in [2].
+//
+// The outer parameters' gather staging and gradient staging share one region: a gather's staging
+// is written and reordered between the start of a step's first pass and the parameter's first
+// reader in the forward pass (ParamSync::wait_outer), and a gradient's staging from its last
+// writer in the last micro-step's backward pass to finish_gradients, so the two never hold data
+// at once. (For the embedding tables of a large vocabulary this is gigabytes.)
 void PlanSpec::place_gathered(std::vector<size_t>& slot_bytes) {
   const auto& values = graph_.values();
   const std::vector<size_t> slot_start = {0, slot_bytes[0]};
   Cursor rest{ArenaKind::kGathered, slot_bytes[0] + slot_bytes[1]};
   std::map<int, Cursor> layer_cursor;
+  std::vector<Placement*> outer_gather_staging, outer_grad_staging;
   for (ParamLayout& L : layouts_) {
     const Value& v = values[L.param];
     if (L.sharded()) {
+      const bool outer = L.layer < 0;
       Cursor* c = &rest;
-      if (L.layer >= 0) {
+      if (!outer) {
         auto [it, fresh] =
             layer_cursor.try_emplace(L.layer, Cursor{ArenaKind::kGathered, slot_start[L.layer % 2]});
         c = &it->second;
@@ -210,15 +219,32 @@ void PlanSpec::place_gathered(std::vector<size_t>& slot_bytes) {
       for (auto& g : L.gathered) {
         const Value& gv = values[g.value];
         views_[g.value] = c->take(gv.shape, gv.dtype);
-        if (L.fsdp_dim > 0) g.staging = c->take(gv.shape, gv.dtype);
+        if (L.fsdp_dim <= 0) continue;
+        g.staging = Placement{ArenaKind::kGathered, 0, gv.shape, gv.dtype};
+        if (outer)
+          outer_gather_staging.push_back(&g.staging);
+        else
+          g.staging = c->take(gv.shape, gv.dtype);
       }
       views_[v.grad] = c->take(v.shape, DType::kF32);
-      if (L.fsdp_dim > 0) L.grad_staging = c->take(v.shape, DType::kF32);
+      if (L.fsdp_dim > 0) {
+        L.grad_staging = Placement{ArenaKind::kGathered, 0, v.shape, DType::kF32};
+        if (outer)
+          outer_grad_staging.push_back(&L.grad_staging);
+        else
+          L.grad_staging = c->take(v.shape, DType::kF32);
+      }
     }
     if (L.opt_parts > 1) opt_[v.grad] = rest.take(L.opt.shape, DType::kF32);
   }
   for (auto& [l, c] : layer_cursor) slot_bytes[l % 2] = std::max(slot_bytes[l % 2], c.at - slot_start[l % 2]);
-  slot_bytes[2] = rest.at;
+  size_t end = rest.at;
+  for (const auto* list : {&outer_gather_staging, &outer_grad_staging}) {
+    Cursor shared{ArenaKind::kGathered, rest.at};
+    for (Placement* p : *list) *p = shared.take(p->shape, p->dtype);
+    end = std::max(end, shared.at);
+  }
+  slot_bytes[2] = end;
 }
 
 void PlanSpec::place_values() {
