@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tessera/compile/cost.h"
@@ -11,6 +12,7 @@
 #include "tessera/compile/planner.h"
 #include "tessera/compile/search.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/sharding_expert.h"
 #include "tessera/train/trainer.h"
 #include "testing/process_util.h"
 
@@ -123,6 +125,35 @@ TEST(Compile, ExpertParallelismIsPlanned) {
   ASSERT_FALSE(c.classes.empty());
   EXPECT_NE(c.classes[0].plan.summary().find(" 8 all-to-alls"), std::string::npos)
       << c.classes[0].plan.summary();
+}
+
+// The cost analysis charges the expert axis's all-to-alls: the plan's exchanges (every pass), each
+// sending the rank's R x E rows, on the critical path of the step.
+TEST(Compile, ExpertAllToAllsAreCharged) {
+  const CompiledRun c =
+      compile_on("h100-80gb-2", small({"model_name=mixtral-test", "ici_expert_parallelism=2",
+                                       "remat_policy=full", "gradient_accumulation_steps=2"}));
+  const graph::PlanSpec& plan = c.classes.at(0).plan;
+  const CostReport r = estimate_cost(plan, c.cfg, c.topology);
+  const graph::ExpertParallelTraffic ep = graph::expert_parallel_traffic(plan.graph());
+  ASSERT_GT(ep.total(), 0);
+  EXPECT_GT(ep.recompute, 0);  // remat full repeats the forward's exchanges
+  const AxisTraffic* t = nullptr;
+  for (const AxisTraffic& a : r.traffic)
+    if (a.group == "expert (tokens)") t = &a;
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->ranks, 2);
+  EXPECT_DOUBLE_EQ(t->all_to_all_bytes, 2 * ep.total());  // two micro-steps
+  EXPECT_EQ(t->calls, 2 * (ep.all_to_alls + ep.count_gathers));
+  EXPECT_FALSE(t->overlapped);
+  EXPECT_GT(r.expert_comm_seconds, 0);
+  EXPECT_DOUBLE_EQ(r.expert_comm_seconds, t->seconds);
+  EXPECT_DOUBLE_EQ(r.step_seconds, std::max(r.compute_seconds, r.overlapped_comm_seconds) +
+                                       r.exposed_comm_seconds + r.tensor_comm_seconds +
+                                       r.expert_comm_seconds + r.optimizer_seconds);
+  // One expert rank exchanges nothing.
+  const CompiledRun one = compile_on("h100-80gb-1", small({"model_name=mixtral-test"}));
+  EXPECT_EQ(estimate_cost(one.classes.at(0).plan, one.cfg, one.topology).expert_comm_seconds, 0);
 }
 
 TEST(Compile, PipelineParallelismIsRefusedByName) {
@@ -253,6 +284,26 @@ TEST(Search, ReturnsOnlyLayoutsThatFit) {
       EXPECT_GE(r.fitting[i - 1].cost.tokens_per_s_per_device, s.cost.tokens_per_s_per_device);
     }
   }
+}
+
+// For a mixture of experts the search also tries the expert axis (its sizes dividing the experts);
+// for a dense model it never does.
+TEST(Search, TriesExpertMeshesForAMixtureOfExperts) {
+  const Topology t = resolve_topology(catalogue(), "h100-80gb-4", 1, nullptr);
+  SearchOptions opts;
+  opts.keep = 1000;
+  opts.remat_policies = {"full"};
+  opts.per_device_batches = {2};
+  auto experts_of = [&](const std::vector<std::string>& keys) {
+    std::set<std::string> seen;
+    for (const SearchResult& s : search_layouts(base_config(), keys, t, opts).fitting)
+      for (const std::string& o : s.overrides)
+        if (o.rfind("ici_expert_parallelism=", 0) == 0) seen.insert(o.substr(o.find('=') + 1));
+    return seen;
+  };
+  EXPECT_EQ(experts_of({"model_name=mixtral-test", "max_target_length=32"}),
+            (std::set<std::string>{"1", "2", "4"}));
+  EXPECT_EQ(experts_of({"model_name=llama-test", "max_target_length=32"}), (std::set<std::string>{"1"}));
 }
 
 }  // namespace

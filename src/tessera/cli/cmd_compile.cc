@@ -115,6 +115,8 @@ void print_cost(const compile::CostReport& c, std::ostream& out) {
       parts.push_back(fmt::format("reduce-scatter {:.3f} GiB", gib(t.reduce_scatter_bytes)));
     if (t.all_reduce_bytes > 0)
       parts.push_back(fmt::format("all-reduce {:.3f} GiB", gib(t.all_reduce_bytes)));
+    if (t.all_to_all_bytes > 0)
+      parts.push_back(fmt::format("all-to-all {:.3f} GiB sent", gib(t.all_to_all_bytes)));
     fmt::print(out, "  collectives over {} ({} ranks, {} at {:.1f} GB/s): {}; {} calls, {:.4f} s{}\n",
                t.group, t.ranks, t.link, t.link_bytes_per_s / 1e9, fmt::join(parts, ", "), t.calls, t.seconds,
                t.overlapped ? " (overlapped)" : "");
@@ -122,9 +124,9 @@ void print_cost(const compile::CostReport& c, std::ostream& out) {
   fmt::print(
       out,
       "estimated step time: {:.4f} s (passes {:.4f} s, overlapped collectives {:.4f} s, exposed {:.4f} s, "
-      "tensor all-reduces {:.4f} s, optimizer {:.4f} s)\n",
+      "tensor all-reduces {:.4f} s, expert all-to-alls {:.4f} s, optimizer {:.4f} s)\n",
       c.step_seconds, c.compute_seconds, c.overlapped_comm_seconds, c.exposed_comm_seconds,
-      c.tensor_comm_seconds, c.optimizer_seconds);
+      c.tensor_comm_seconds, c.expert_comm_seconds, c.optimizer_seconds);
   fmt::print(out, "estimated MFU: {:.1f}% of {:.1f} TFLOP/s; {:.1f} tokens/s/device; {:.1f} TFLOP/s/device\n",
              100 * c.mfu, c.peak_flops / 1e12, c.tokens_per_s_per_device,
              c.model_flops / c.step_seconds / 1e12);
@@ -183,6 +185,7 @@ int compile(const ConfigArgs& args, bool search, std::ostream& out) {
              mesh.empty() ? "one device" : fmt::format("{}", fmt::join(mesh, ", ")));
   fmt::print(out, "rank classes: {} planned (the mesh's corners), {} distinct; plan fingerprint {}\n",
              run.corners_planned, run.classes.size(), plan.fingerprint());
+  fmt::print(out, "{}", plan.step_summary());
   print_memory(run, out);
   print_remat_table(cfg, out);
   print_cost(compile::estimate_cost(plan, cfg, topo), out);

@@ -8,6 +8,7 @@
 #include "tessera/compile/planner.h"
 #include "tessera/core/error.h"
 #include "tessera/graph/op_table.h"
+#include "tessera/graph/sharding_expert.h"
 
 namespace tessera::compile {
 namespace {
@@ -105,8 +106,9 @@ std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, 
       "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
       "their axes, plus a fixed latency per call",
       "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions "
-      "after "
-      "the last pass, ZeRO-1 gathers and tensor-parallel all-reduces do not",
+      "after the last pass, ZeRO-1 gathers, tensor-parallel all-reduces and expert all-to-alls do not",
+      "expert all-to-alls: balanced routing, so (EP-1)/EP of each exchange's rows leave the rank; a skewed "
+      "step moves more and waits for its busiest rank",
       "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, remat "
       "not "
       "counted) over the step time and the peak",
@@ -179,10 +181,27 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
                      static_cast<double>(tp_calls) * link_latency(d.kind, link.crosses_nodes));
     r.tensor_comm_seconds = t.seconds;
   }
+  // Expert parallelism: the exchanges of every pass (sharding_expert.h), each a ragged all-to-all
+  // whose balanced share (EP-1)/EP leaves the rank, and the per-expert counts' all-gathers.
+  const graph::ExpertParallelTraffic ep = graph::expert_parallel_traffic(g);
+  if (ep.all_to_alls > 0) {
+    const std::vector<MeshAxis> expert = {MeshAxis::kExpert};
+    AxisTraffic& t = entry(expert, false);
+    t.group = "expert (tokens)";
+    const Link link = link_of(expert, cfg, topo);
+    const double n = static_cast<double>(t.ranks);
+    t.all_to_all_bytes += G * ep.total();
+    t.all_gather_bytes += G * ep.count_bytes;
+    t.calls += static_cast<int64_t>(G) * (ep.all_to_alls + ep.count_gathers);
+    t.seconds += G * ((ep.total() * (n - 1) / n + ep.count_bytes * (n - 1) / n) / link.bytes_per_s +
+                      static_cast<double>(ep.all_to_alls + ep.count_gathers) *
+                          link_latency(d.kind, link.crosses_nodes));
+    r.expert_comm_seconds = t.seconds;
+  }
   for (auto& [k, t] : by_group) r.traffic.push_back(t);
 
   r.step_seconds = std::max(r.compute_seconds, r.overlapped_comm_seconds) + r.exposed_comm_seconds +
-                   r.tensor_comm_seconds + r.optimizer_seconds;
+                   r.tensor_comm_seconds + r.expert_comm_seconds + r.optimizer_seconds;
   r.mfu = r.step_seconds > 0 ? r.model_flops / (r.step_seconds * r.peak_flops) : 0;
   const double tokens =
       static_cast<double>(cfg.micro_batch_size_to_train_on) * static_cast<double>(cfg.max_target_length) * G;

@@ -9,12 +9,16 @@
 //   collective     = ring algorithm: all-gather and reduce-scatter move (n-1)/n of the buffer per
 //                    rank, all-reduce twice that, over the slowest link of the group's axes, plus
 //                    a latency per call;
+//   all-to-all     = the expert axis's ragged exchanges (sharding_expert.h): each moves the rank's
+//                    R x E rows, of which (EP-1)/EP leave the rank when routing is balanced, over
+//                    the expert axis's link, plus a latency per call;
 //   step           = max(G x pass, overlapped collectives) + exposed collectives + tensor-parallel
-//                    all-reduces + optimizer.
+//                    all-reduces + expert all-to-alls + optimizer.
 // Overlapped: the FSDP gathers and reduce-scatters and the data-parallel gradient reduction, which
 // ParamSync issues without blocking beside the passes (graph/param_sync.h). Exposed: the
 // reductions after the last pass (kBeforeUpdate) and ZeRO-1's gathers after the update. Tensor
-// parallelism's all-reduces are graph nodes on the critical path.
+// parallelism's all-reduces and expert parallelism's all-to-alls are graph nodes on the critical
+// path (each exchange is started and waited for inside its node).
 #pragma once
 
 #include <string>
@@ -33,6 +37,7 @@ struct AxisTraffic {
   std::string link;   // "intra-node" / "inter-node" / "ici" / "dcn" / "shared memory"
   double link_bytes_per_s = 0;
   double all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;  // buffers, per step
+  double all_to_all_bytes = 0;  // the rank's send buffers (the share that leaves it is in `seconds`)
   int64_t calls = 0;
   double seconds = 0;  // ring time on the link
   bool overlapped = true;
@@ -46,6 +51,7 @@ struct CostReport {
   double compute_seconds = 0;  // G x pass
   double optimizer_seconds = 0;
   double overlapped_comm_seconds = 0, exposed_comm_seconds = 0, tensor_comm_seconds = 0;
+  double expert_comm_seconds = 0;  // the expert axis's all-to-alls (and their count all-gathers)
   double step_seconds = 0;
   double mfu = 0;
   double tokens_per_s_per_device = 0;

@@ -11,40 +11,53 @@ namespace tessera::compile {
 namespace {
 
 struct Mesh {
-  int64_t data = 1, fsdp = 1, tensor = 1;
+  int64_t data = 1, fsdp = 1, tensor = 1, expert = 1;
   int64_t dcn_data = 1, dcn_fsdp = 1;
 };
 
-std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor) {
+// Inside a slice: tensor (powers of two up to max_tensor, inside a node) x expert (powers of two
+// dividing the experts; only for a mixture of experts) x fsdp (every divisor) x data (the rest);
+// over the slices data or fsdp.
+std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor, int64_t experts) {
   std::vector<Mesh> out;
   const int64_t p = t.devices_per_slice, s = t.num_slices;
   const int64_t node = t.device.kind == TargetKind::kTpu ? p : std::min(p, t.device.devices_per_node);
   for (int64_t tp = 1; tp <= std::min(max_tensor, node); tp *= 2) {
     if (p % tp != 0 || node % tp != 0) continue;
-    for (int64_t f = 1; f <= p / tp; ++f) {
-      if ((p / tp) % f != 0) continue;
-      for (int dcn = 0; dcn < (s > 1 ? 2 : 1); ++dcn)
-        out.push_back(Mesh{.data = p / tp / f,
-                           .fsdp = f,
-                           .tensor = tp,
-                           .dcn_data = dcn == 0 ? s : 1,
-                           .dcn_fsdp = dcn == 1 ? s : 1});
+    for (int64_t ep = 1; ep <= std::max<int64_t>(experts, 1) && (p / tp) % ep == 0; ep *= 2) {
+      if (experts > 1 && experts % ep != 0) break;
+      const int64_t rest = p / tp / ep;
+      for (int64_t f = 1; f <= rest; ++f) {
+        if (rest % f != 0) continue;
+        for (int dcn = 0; dcn < (s > 1 ? 2 : 1); ++dcn)
+          out.push_back(Mesh{.data = rest / f,
+                             .fsdp = f,
+                             .tensor = tp,
+                             .expert = ep,
+                             .dcn_data = dcn == 0 ? s : 1,
+                             .dcn_fsdp = dcn == 1 ? s : 1});
+      }
     }
   }
   return out;
 }
 
 std::vector<std::string> mesh_overrides(const Mesh& m) {
-  return {
-      fmt::format("ici_data_parallelism={}", m.data),     fmt::format("ici_fsdp_parallelism={}", m.fsdp),
-      fmt::format("ici_tensor_parallelism={}", m.tensor), fmt::format("dcn_data_parallelism={}", m.dcn_data),
-      fmt::format("dcn_fsdp_parallelism={}", m.dcn_fsdp), "dcn_tensor_parallelism=1"};
+  return {fmt::format("ici_data_parallelism={}", m.data),
+          fmt::format("ici_fsdp_parallelism={}", m.fsdp),
+          fmt::format("ici_tensor_parallelism={}", m.tensor),
+          fmt::format("ici_expert_parallelism={}", m.expert),
+          fmt::format("dcn_data_parallelism={}", m.dcn_data),
+          fmt::format("dcn_fsdp_parallelism={}", m.dcn_fsdp),
+          "dcn_tensor_parallelism=1",
+          "dcn_expert_parallelism=1"};
 }
 
 std::string describe(const Mesh& m, const std::string& remat, double batch, int64_t slices) {
   std::string dcn = slices > 1 ? fmt::format(", dcn {} {}", m.dcn_data > 1 ? "data" : "fsdp", slices) : "";
-  return fmt::format("data {} x fsdp {} x tensor {}{}; remat {}; per-device batch {:g}", m.data, m.fsdp,
-                     m.tensor, dcn, remat, batch);
+  std::string expert = m.expert > 1 ? fmt::format(" x expert {}", m.expert) : "";
+  return fmt::format("data {} x fsdp {} x tensor {}{}{}; remat {}; per-device batch {:g}", m.data, m.fsdp,
+                     m.tensor, expert, dcn, remat, batch);
 }
 
 }  // namespace
@@ -58,13 +71,18 @@ SearchReport search_layouts(const std::filesystem::path& config_file,
   std::vector<std::string> fixed;
   for (const std::string& o : overrides) {
     bool layout_key = false;
-    for (const char* k : {"ici_data_parallelism=", "ici_fsdp_parallelism=", "ici_tensor_parallelism=",
-                          "dcn_data_parallelism=", "dcn_fsdp_parallelism=", "dcn_tensor_parallelism=",
-                          "remat_policy=", "per_device_batch_size="})
+    for (const char* k :
+         {"ici_data_parallelism=", "ici_fsdp_parallelism=", "ici_tensor_parallelism=",
+          "ici_expert_parallelism=", "dcn_data_parallelism=", "dcn_fsdp_parallelism=",
+          "dcn_tensor_parallelism=", "dcn_expert_parallelism=", "remat_policy=", "per_device_batch_size="})
       layout_key = layout_key || o.rfind(k, 0) == 0;
     if (!layout_key) fixed.push_back(o);
   }
-  for (const Mesh& m : meshes(topology, options.max_tensor)) {
+  // The model's experts decide whether expert meshes are candidates (the mesh is the search's).
+  std::vector<std::string> one_device = fixed;
+  for (std::string& k : mesh_overrides(Mesh{})) one_device.push_back(std::move(k));
+  const int64_t experts = load_config(config_file, one_device, DeviceCount{1, 1}).num_experts;
+  for (const Mesh& m : meshes(topology, options.max_tensor, experts)) {
     for (const std::string& remat : options.remat_policies) {
       // Memory grows with the batch: the first batch that does not fit ends this (mesh, remat).
       for (double batch : options.per_device_batches) {

@@ -1,6 +1,7 @@
 // `tessera compile --search`: for a model and a topology, the layouts that fit, best first by
-// estimated throughput. A layout is a mesh (ici data x fsdp x tensor inside a slice, data or fsdp
-// over the slices), a remat policy and a per-device batch; every other key stays as configured.
+// estimated throughput. A layout is a mesh (ici data x fsdp x tensor x expert inside a slice, the
+// expert axis only for a mixture of experts; data or fsdp over the slices), a remat policy and a
+// per-device batch; every other key stays as configured.
 // Candidates are planned at rank coordinate 0 (all ranks hold the same shapes, planner.h); the
 // ones returned are re-planned for every rank class and must fit in all of them.
 #pragma once

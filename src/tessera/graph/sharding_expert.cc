@@ -142,7 +142,10 @@ ExpertParallelTraffic expert_parallel_traffic(const Graph& g) {
     (n.phase == Phase::kForward     ? t.forward
      : n.phase == Phase::kRecompute ? t.recompute
                                     : t.backward) += bytes;
-    if (n.op == OpKind::kMoeToExperts) t.count_bytes += static_cast<double>(a.ranks * a.experts * 4);
+    if (n.op == OpKind::kMoeToExperts) {
+      t.count_bytes += static_cast<double>(a.ranks * a.experts * 4);
+      ++t.count_gathers;
+    }
   }
   return t;
 }

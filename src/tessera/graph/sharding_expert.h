@@ -56,6 +56,7 @@ struct ExpertParallelTraffic {
   double forward = 0, recompute = 0, backward = 0;  // bytes of the all-to-alls
   double count_bytes = 0;                           // the counts' all-gathers
   int64_t all_to_alls = 0;                          // calls
+  int64_t count_gathers = 0;                        // calls of the counts' all-gathers
   double total() const { return forward + recompute + backward; }
 };
 ExpertParallelTraffic expert_parallel_traffic(const Graph& g);
