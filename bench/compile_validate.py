@@ -2,18 +2,17 @@
 """Predicted against measured: `tessera compile` for this machine (compile_topology=cpu-<C>x<M>)
 against `tessera train` of the same config on M MPI ranks of C threads each.
 
-For 1, 2 and 4 ranks and the data-parallel, FSDP and tensor-parallel layouts, it prints the
-predicted memory per rank (the plan's total, with the cpu target's reservation) against the
-largest rank's peak RSS (/usr/bin/time), and the predicted step time against the median measured
-step after the first WARMUP steps. The issue's bar: memory within 5 %, step time within 25 %.
+For 1, 2 and 4 ranks and the data-parallel, FSDP, tensor-parallel and expert-parallel layouts
+(the last on the mixture-of-experts model, --moe-model), it prints the predicted memory per rank
+(the plan's total, with the cpu target's reservation) against the largest rank's peak RSS
+(/usr/bin/time), and the predicted step time against the median measured step after the first
+WARMUP steps. The issue's bar: memory within 5 %, step time within 25 %.
 
 Run it on a quiet machine: other work on the cores inflates the measured steps, and the cpu
 target's peak, GEMM rate and bandwidth are measured by compile when it starts.
 
-    bench/compile_validate.py [--steps 8] [--warmup 2] [--model llama-125m] [key=value ...]
-
-Expert parallelism is not in this build (tessera refuses ici_expert_parallelism > 1), so there
-are no EP rows.
+    bench/compile_validate.py [--steps 8] [--warmup 2] [--model llama-125m] [--moe-model gpt-oss-tiny]
+                              [--only dense|moe] [key=value ...]
 """
 import argparse
 import os
@@ -28,7 +27,7 @@ BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 TESSERA = os.path.join(BUILD, "tessera")
 BASE = os.path.join(ROOT, "configs", "base.yml")
 
-LAYOUTS = [  # (ranks, name, mesh keys)
+LAYOUTS = [  # (ranks, name, mesh keys): the dense model
     (1, "one", []),
     (2, "dp", ["ici_data_parallelism=2", "ici_fsdp_parallelism=1"]),
     (2, "fsdp", ["ici_fsdp_parallelism=2"]),
@@ -36,6 +35,12 @@ LAYOUTS = [  # (ranks, name, mesh keys)
     (4, "dp", ["ici_data_parallelism=4", "ici_fsdp_parallelism=1"]),
     (4, "fsdp", ["ici_fsdp_parallelism=4"]),
     (4, "tp", ["ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"]),
+]
+MOE_LAYOUTS = [  # the mixture of experts, with the expert axis
+    (1, "one", []),
+    (2, "ep", ["ici_expert_parallelism=2", "ici_fsdp_parallelism=1"]),
+    (4, "ep", ["ici_expert_parallelism=4", "ici_fsdp_parallelism=1"]),
+    (4, "epxfsdp", ["ici_expert_parallelism=2", "ici_fsdp_parallelism=2"]),
 ]
 
 
@@ -89,18 +94,25 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--model", default="llama-125m")
+    ap.add_argument("--moe-model", default="gpt-oss-tiny")
+    ap.add_argument("--only", choices=["dense", "moe"])
     ap.add_argument("keys", nargs="*", help="key=value for both commands")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
-    common = [f"model_name={a.model}", "per_device_batch_size=2", "max_target_length=256", "dtype=float32"] + a.keys
-    print(f"{cores} cores; model {a.model}; {a.steps} steps, median after {a.warmup}")
-    print(f"{'ranks':>5} {'layout':<6} {'topology':<10} {'mem pred':>9} {'RSS':>9} {'ratio':>6} "
+    common = ["per_device_batch_size=2", "max_target_length=256", "dtype=float32"] + a.keys
+    rows = []
+    if a.only != "moe":
+        rows += [(a.model, *layout) for layout in LAYOUTS]
+    if a.only != "dense":
+        rows += [(a.moe_model, *layout) for layout in MOE_LAYOUTS]
+    print(f"{cores} cores; {a.steps} steps, median after {a.warmup}")
+    print(f"{'model':<13} {'ranks':>5} {'layout':<8} {'topology':<10} {'mem pred':>9} {'RSS':>9} {'ratio':>6} "
           f"{'step pred':>10} {'step meas':>10} {'ratio':>6}")
     worst_mem = worst_step = 0.0
-    for ranks, name, mesh in LAYOUTS:
+    for model, ranks, name, mesh in rows:
         threads = max(1, cores // ranks)
         topology = f"cpu-{threads}x{ranks}"
-        keys = common + mesh
+        keys = [f"model_name={model}"] + common + mesh
         pred_mem, pred_step = predict(keys, topology)
         with tempfile.TemporaryDirectory() as d:
             rss, seconds = measure(keys, ranks, threads, d, a.steps)
@@ -109,7 +121,7 @@ def main():
         mr, sr = pred_mem / rss, pred_step / step
         worst_mem, worst_step = max(worst_mem, abs(mr - 1)), max(worst_step, abs(sr - 1))
         note = " (oversubscribed)" if ranks > cores else ""
-        print(f"{ranks:>5} {name:<6} {topology:<10} {pred_mem:>7.3f}Gi {rss:>7.3f}Gi {mr:>6.2f} "
+        print(f"{model:<13} {ranks:>5} {name:<8} {topology:<10} {pred_mem:>7.3f}Gi {rss:>7.3f}Gi {mr:>6.2f} "
               f"{pred_step:>9.3f}s {step:>9.3f}s {sr:>6.2f}{note}")
     print(f"worst: memory {100 * worst_mem:.1f}% (bar 5%), step time {100 * worst_step:.1f}% (bar 25%)")
 

@@ -74,6 +74,10 @@ TEST(Catalogue, CpuNamesScaleThisMachine) {
   EXPECT_EQ(two.num_devices(), 2);
   EXPECT_DOUBLE_EQ(two.device.peak_f32_flops, 100e9);
   EXPECT_DOUBLE_EQ(two.device.memory_bytes, 32 * kGiB);  // the ranks share the machine
+  // More cores than the machine's 4: 8 ranks of 1 core each compute at half a core's peak.
+  Topology over = resolve_topology(catalogue(), "cpu-1x8", 1, &m);
+  EXPECT_EQ(over.num_devices(), 8);
+  EXPECT_DOUBLE_EQ(over.device.peak_f32_flops, 50e9);
 }
 
 TEST(Catalogue, UnknownNamesListTheKnownOnes) {

@@ -86,8 +86,11 @@ Topology resolve_cpu(const Target& t, std::string_view name, std::string_view re
   d.name = fmt::format("cpu-{}", cores);
   const double per_core = 1.0 / static_cast<double>(cpu->cores);
   const double c = static_cast<double>(cores);
-  d.peak_f32_flops = cpu->f32_flops * per_core * c;
-  d.peak_bf16_flops = cpu->bf16_flops * per_core * c;
+  // More cores asked for than the machine has (cpu-1x4 on 2 cores): the ranks share them, each
+  // computing at its share of the machine's peak.
+  const double shared = std::min(1.0, static_cast<double>(cpu->cores) / (c * static_cast<double>(ranks)));
+  d.peak_f32_flops = cpu->f32_flops * per_core * c * shared;
+  d.peak_bf16_flops = cpu->bf16_flops * per_core * c * shared;
   d.gemm_efficiency = cpu->f32_flops > 0 ? std::min(1.0, cpu->gemm_f32_flops / cpu->f32_flops) : 1;
   // Memory and its bandwidth are shared by the ranks of one machine.
   d.memory_bytes = cpu->memory_bytes / static_cast<double>(ranks);
