@@ -16,6 +16,7 @@
 // (PlanSharding::data_axes); the expert weights' gradients are this rank's experts' alone.
 // An evaluation pass runs the gathers whose wait node is a forward node.
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "tessera/core/arena.h"
@@ -207,45 +208,121 @@ void add_other_reductions(const Graph& g, const std::vector<ParamLayout>& layout
   }
 }
 
-size_t scratch_estimate(const Schedule& schedule, const PlanSharding& sh) {
-  // Estimated, not exact: each group's communicator has its own pool (mpi_communicator.cc:
-  // ScratchPool), which holds what the most blocks in flight at once needed, carved from 16 MiB
-  // chunks with a free list; which blocks overlap depends on how fast the peers progress. Per
-  // group the estimate takes step 1's reductions all in flight together with the two gradient
-  // slots' largest pair of layers, or step 2's, whichever is larger, rounded up to whole chunks.
-  // It matches the mapped figure on llama-test (FSDP over 2 ranks: 32 MiB, one chunk each for the
-  // fsdp and {data, fsdp} groups; ZeRO-1: 16 MiB) and is an upper figure where many reductions
-  // start close together: on llama-125m (4 x 1024 tokens, 2 ranks) 144 MiB for FSDP (128 mapped)
-  // and 256 MiB for data parallelism (64 mapped: early all-reduces finish and their blocks are
-  // reused before the last ones start).
-  struct Need {
-    size_t step1 = 0, step2 = 0;
-    std::map<int, size_t> per_layer;
-  };
-  std::map<std::vector<MeshAxis>, Need> groups;
-  for (const Collective& c : schedule) {
-    int64_t ranks = 1;
-    for (MeshAxis a : c.group) ranks *= sh.size(a);
-    const size_t b = collective_scratch_bytes(c, ranks);
-    if (b == 0) continue;
-    Need& n = groups[c.group];
-    if (c.when == CollectiveWhen::kLastMicroStep) n.step1 += b;
-    if (c.when == CollectiveWhen::kBeforeUpdate) n.step2 += b;
-    if (c.when == CollectiveWhen::kEveryPass && c.kind == CollectiveKind::kReduceScatter)
-      n.per_layer[c.layer] += b;
-  }
-  const size_t chunk = size_t{16} << 20;
-  size_t total = 0;
-  for (const auto& [group, n] : groups) {
-    size_t pair = 0;
-    for (auto it = n.per_layer.begin(); it != n.per_layer.end(); ++it) {
-      auto next = std::next(it);
-      pair = std::max(pair, it->second + (next != n.per_layer.end() ? next->second : 0));
+// The communicators' scratch, by replaying their pools (dist/mpi_communicator.cc: ScratchPool) over
+// two steps of the schedule. A pool per group of mesh axes: a reduction acquires one receive block
+// of its largest part (and a send block with more than two ranks) and releases them when it
+// completes; a free block is reused whole by the smallest request it fits (best fit, never split),
+// else the last chunk gives the bytes, else a new chunk of max(request, 16 MiB) is mapped (in
+// whole 2 MiB pages). The pool keeps every chunk it ever mapped, so the figure is its size after
+// the replay. When the reductions complete is what cannot be known here: the replay takes the ones
+// issued in a run of nodes of one layer to complete by the end of the next such run (a layer's
+// backward outlasts the last layer's reductions, as the FSDP gradient slots already assume), every
+// step-1 reduction to complete at finish_gradients, and step 2's to be all in flight together.
+// Real reductions often finish sooner, so the figure leans high: on llama-125m (2 x 256 tokens,
+// data parallelism over 2 ranks) it is 128 MiB where the run maps 112 (taking every step-1
+// reduction in flight at once gave 256), on llama-test with a 65536 x 256 vocabulary 80 MiB where
+// the run maps 48, and with FSDP over 2 ranks 96 MiB, as mapped.
+class ScratchReplay {
+ public:
+  void acquire(const std::vector<MeshAxis>& group, size_t bytes, int owner) {
+    Pool& p = pools_[group];
+    bytes = (std::max<size_t>(bytes, 1) + Arena::kAlignment - 1) / Arena::kAlignment * Arena::kAlignment;
+    if (auto it = p.free.lower_bound(bytes); it != p.free.end()) {
+      p.held.push_back({owner, it->first});
+      p.free.erase(it);
+      return;
     }
-    const size_t most = std::max(n.step1 + pair, n.step2);
-    total += (most + chunk - 1) / chunk * chunk;
+    if (p.chunks.empty() || p.chunks.back().capacity - p.chunks.back().used < bytes) {
+      const size_t huge = size_t{2} << 20;
+      p.chunks.push_back({(std::max(bytes, kChunk) + huge - 1) / huge * huge, 0});
+    }
+    p.chunks.back().used += bytes;
+    p.held.push_back({owner, bytes});
   }
-  return total;
+  // Releases the blocks of every owner up to `last` (all with INT_MAX).
+  void release_through(int last) {
+    for (auto& [group, p] : pools_) {
+      std::vector<Held> kept;
+      for (const Held& h : p.held) {
+        if (h.owner <= last)
+          p.free.emplace(h.bytes, 0);
+        else
+          kept.push_back(h);
+      }
+      p.held = std::move(kept);
+    }
+  }
+  size_t bytes() const {
+    size_t n = 0;
+    for (const auto& [group, p] : pools_)
+      for (const Chunk& c : p.chunks) n += c.capacity;
+    return n;
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t{16} << 20;
+  struct Chunk {
+    size_t capacity = 0, used = 0;
+  };
+  struct Held {
+    int owner;
+    size_t bytes;
+  };
+  struct Pool {
+    std::vector<Chunk> chunks;
+    std::multimap<size_t, int> free;  // block sizes (where a block lies does not matter here)
+    std::vector<Held> held;
+  };
+  std::map<std::vector<MeshAxis>, Pool> pools_;
+};
+
+size_t scratch_estimate(const Graph& g, const Schedule& schedule, const PlanSharding& sh) {
+  auto ranks_of = [&](const Collective& c) {
+    int64_t n = 1;
+    for (MeshAxis a : c.group) n *= sh.size(a);
+    return n;
+  };
+  // One block per part-sized buffer the communicator acquires for `c`.
+  auto blocks = [&](const Collective& c) -> std::pair<size_t, int> {
+    const int64_t n = ranks_of(c);
+    const size_t all = collective_scratch_bytes(c, n);
+    if (all == 0) return {0, 0};
+    return n > 2 ? std::pair{all / 2, 2} : std::pair{all, 1};
+  };
+  // Step 1: the every-pass reductions and the last micro-step's, in the order they start, grouped
+  // into runs of issue nodes of one layer.
+  std::vector<const Collective*> step1, step2;
+  for (const Collective& c : schedule) {
+    if (blocks(c).second == 0) continue;
+    if (c.when == CollectiveWhen::kBeforeUpdate) step2.push_back(&c);
+    if ((c.when == CollectiveWhen::kEveryPass && c.kind != CollectiveKind::kAllGather) ||
+        c.when == CollectiveWhen::kLastMicroStep)
+      step1.push_back(&c);
+  }
+  std::stable_sort(step1.begin(), step1.end(),
+                   [](const Collective* a, const Collective* b) { return a->issue < b->issue; });
+  ScratchReplay replay;
+  for (int step = 0; step < 2; ++step) {
+    int run = -1, run_layer = 0, last_issue = -2;
+    for (const Collective* c : step1) {
+      const int layer = c->issue >= 0 ? g.nodes()[static_cast<size_t>(c->issue)].layer : -1;
+      if (run < 0 || (layer != run_layer && c->issue != last_issue)) {
+        ++run;
+        run_layer = layer;
+        replay.release_through(run - 2);
+      }
+      last_issue = c->issue;
+      const auto [bytes, count] = blocks(*c);
+      for (int k = 0; k < count; ++k) replay.acquire(c->group, bytes, run);
+    }
+    replay.release_through(std::numeric_limits<int>::max());
+    for (const Collective* c : step2) {
+      const auto [bytes, count] = blocks(*c);
+      for (int k = 0; k < count; ++k) replay.acquire(c->group, bytes, 0);
+    }
+    replay.release_through(std::numeric_limits<int>::max());
+  }
+  return replay.bytes();
 }
 
 }  // namespace
@@ -263,7 +340,7 @@ void PlanSpec::build_schedule() {
   add_gathers(graph_, layouts_, f, collectives_);
   add_layer_reductions(graph_, layouts_, f, collectives_);
   add_other_reductions(graph_, layouts_, f, sharding_, collectives_);
-  memory_.collective_scratch_estimate = scratch_estimate(collectives_, sharding_);
+  memory_.collective_scratch_estimate = scratch_estimate(graph_, collectives_, sharding_);
 }
 
 size_t collective_scratch_bytes(const Collective& c, int64_t ranks) {
