@@ -206,6 +206,9 @@ struct ScalarAttrs {  // scale, soft_cap
 struct GroupedMatmulAttrs {  // c = a·op(b[g]) per group, or the per-group weight gradient
   bool trans_b = false, weight_grad = false, accumulate = false;
   int64_t useful_rows = 0;  // rows the FLOP count charges: N * k (the dense path computes N * X)
+  // The rows are expert parallelism's receive buffer (sharding_expert.h), of which about
+  // useful_rows are filled: the byte count charges those, not the buffer.
+  bool ragged_buffer = false;
 };
 // The expert-axis exchange (kMoeToExperts and kin): X experts over `ranks` expert ranks of which
 // this is `rank` (each holds X / ranks consecutive experts), a receive buffer of `buffer_rows`

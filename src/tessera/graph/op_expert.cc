@@ -217,6 +217,13 @@ void from_bwd_run(const RunContext& c, const Node& n) {  // in: dys, counts; out
   to_experts(c, n, c.in(n, 1).ptr<int32_t>(), c.in(n, 0), c.out(n, 0), c.out(n, 1));
 }
 
+// The rows that move: the rank's own R rows out and, with balanced routing, as many in; the
+// receive buffer and its staging are touched only as far as they are filled.
+double exchange_bytes(const Graph& g, const Node& n) {
+  const MoeExchangeAttrs& a = n.attr<MoeExchangeAttrs>();
+  return rows_bytes(g, n, a.buffer_rows, std::min(a.rows, a.buffer_rows));
+}
+
 }  // namespace
 
 std::vector<OpDef> expert_op_defs() {
@@ -225,14 +232,22 @@ std::vector<OpDef> expert_op_defs() {
        .name = "moe_to_experts",
        .infer = to_infer,
        .backward = to_backward,
-       .run = to_run},
-      {.kind = OpKind::kMoeToExpertsBwd, .name = "moe_to_experts_bwd", .run = to_bwd_run},
+       .run = to_run,
+       .bytes = exchange_bytes},
+      {.kind = OpKind::kMoeToExpertsBwd,
+       .name = "moe_to_experts_bwd",
+       .run = to_bwd_run,
+       .bytes = exchange_bytes},
       {.kind = OpKind::kMoeFromExperts,
        .name = "moe_from_experts",
        .infer = from_infer,
        .backward = from_backward,
-       .run = from_run},
-      {.kind = OpKind::kMoeFromExpertsBwd, .name = "moe_from_experts_bwd", .run = from_bwd_run},
+       .run = from_run,
+       .bytes = exchange_bytes},
+      {.kind = OpKind::kMoeFromExpertsBwd,
+       .name = "moe_from_experts_bwd",
+       .run = from_bwd_run,
+       .bytes = exchange_bytes},
   };
 }
 

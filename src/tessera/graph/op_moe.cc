@@ -125,13 +125,17 @@ void grouped_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   if (gb.needs(a)) {  // da rows of g = dc rows of g · w[g]ᵀ
     const ValueId da = gb.grad_value(a);
     Node n = gb.node(OpKind::kGroupedMatmul, {dy, w, sizes}, {da}, ".dx");
-    n.attrs = GroupedMatmulAttrs{.trans_b = !fa.trans_b, .useful_rows = fa.useful_rows};
+    n.attrs = GroupedMatmulAttrs{
+        .trans_b = !fa.trans_b, .useful_rows = fa.useful_rows, .ragged_buffer = fa.ragged_buffer};
     gb.add(std::move(n));
     gb.contribute(a, da);
   }
   TESSERA_ASSERT(gb.is_param(w) && !fa.trans_b);  // expert weights [X, in, out]
   Node n = gb.node(OpKind::kGroupedMatmul, {a, dy, sizes}, {gb.param_grad(w)}, ".dw");
-  n.attrs = GroupedMatmulAttrs{.weight_grad = true, .accumulate = true, .useful_rows = fa.useful_rows};
+  n.attrs = GroupedMatmulAttrs{.weight_grad = true,
+                               .accumulate = true,
+                               .useful_rows = fa.useful_rows,
+                               .ragged_buffer = fa.ragged_buffer};
   gb.add(std::move(n));
 }
 
@@ -139,6 +143,13 @@ void grouped_run(const RunContext& c, const Node& n) {
   const GroupedMatmulAttrs& a = n.attr<GroupedMatmulAttrs>();
   ops::grouped_matmul(c.in(n, 0), c.in(n, 1), c.in(n, 2), c.out(n, 0),
                       {.trans_b = a.trans_b, .weight_grad = a.weight_grad, .accumulate = a.accumulate});
+}
+
+// Every operand once, the rows of a receive buffer only as far as they are filled.
+double grouped_bytes(const Graph& g, const Node& n) {
+  const GroupedMatmulAttrs& a = n.attr<GroupedMatmulAttrs>();
+  const int64_t rows = g.value(n.in[0]).shape[0];
+  return rows_bytes(g, n, rows, a.ragged_buffer ? std::min(rows, a.useful_rows) : rows);
 }
 
 // MaxText's count: the rows the routing chose (N * k), whatever the path computes.
@@ -231,7 +242,8 @@ std::vector<OpDef> moe_op_defs() {
        .infer = grouped_infer,
        .backward = grouped_backward,
        .run = grouped_run,
-       .flops = grouped_flops},
+       .flops = grouped_flops,
+       .bytes = grouped_bytes},
       {.kind = OpKind::kMoeCombine,
        .name = "moe_combine",
        .infer = combine_infer,

@@ -53,6 +53,18 @@ double value_bytes(const Graph& g, ValueId v) {
   return static_cast<double>(val.shape.numel()) * static_cast<double>(dtype_size(val.dtype));
 }
 
+double rows_bytes(const Graph& g, const Node& n, int64_t buffer_rows, int64_t used_rows) {
+  const double share =
+      buffer_rows > 0 ? static_cast<double>(used_rows) / static_cast<double>(buffer_rows) : 1;
+  double b = 0;
+  for (const auto* list : {&n.in, &n.out})
+    for (ValueId v : *list) {
+      const Shape& s = g.value(v).shape;
+      b += value_bytes(g, v) * (s.rank() > 0 && s[0] == buffer_rows ? share : 1.0);
+    }
+  return b;
+}
+
 Tensor heads_view(const Tensor& t, int batch, int seq, int heads, int head_dim) {
   return t.reshape(Shape{batch, seq, heads, head_dim});
 }

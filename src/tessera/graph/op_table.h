@@ -100,6 +100,9 @@ NodeTraffic node_traffic(const Graph& g, const Node& n);
 
 // Helpers the entries share.
 double value_bytes(const Graph& g, ValueId v);
+// Every operand of `n` once, those whose first dimension is `buffer_rows` (a buffer of rows) as
+// if it had `used_rows`: for kernels that touch only the filled rows of a ragged buffer.
+double rows_bytes(const Graph& g, const Node& n, int64_t buffer_rows, int64_t used_rows);
 // [N, heads*D] activations seen as [B, T, heads, D].
 Tensor heads_view(const Tensor& t, int batch, int seq, int heads, int head_dim);
 

@@ -92,6 +92,8 @@ void shard_expert_parallel(Graph& g, const ExpertParallel& ep) {
       continue;
     }
     if (n.op != OpKind::kMoeDispatch) {
+      if (n.op == OpKind::kGroupedMatmul && counts != kNoValue)
+        n.attr<GroupedMatmulAttrs>().ragged_buffer = true;
       emit(g, std::move(n));
       continue;
     }
