@@ -12,6 +12,7 @@
 #include "tessera/compile/planner.h"
 #include "tessera/compile/search.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/op_table.h"
 #include "tessera/graph/sharding_expert.h"
 #include "tessera/train/trainer.h"
 #include "testing/process_util.h"
@@ -154,6 +155,53 @@ TEST(Compile, ExpertAllToAllsAreCharged) {
   // One expert rank exchanges nothing.
   const CompiledRun one = compile_on("h100-80gb-1", small({"model_name=mixtral-test"}));
   EXPECT_EQ(estimate_cost(one.classes.at(0).plan, one.cfg, one.topology).expert_comm_seconds, 0);
+}
+
+// On an expert rank the grouped matmuls run on the receive buffer (sized for the worst case) but
+// touch only its filled rows: with balanced routing as many as one process's, so the bytes they
+// are charged for rows equal one process's.
+TEST(Compile, GroupedMatmulsOnTheReceiveBufferChargeItsFilledRows) {
+  auto row_bytes = [](const CompiledRun& c) {
+    const graph::Graph& g = c.classes.at(0).plan.graph();
+    double b = 0;
+    int ragged = 0;
+    for (const graph::Node& n : g.nodes()) {
+      if (n.op != graph::OpKind::kGroupedMatmul) continue;
+      const auto& a = n.attr<graph::GroupedMatmulAttrs>();
+      ragged += a.ragged_buffer;
+      const graph::ValueId weights = a.weight_grad ? n.out[0] : n.in[1];
+      // Less the expert weights and the group sizes, which an expert rank holds for its experts.
+      b += graph::node_bytes(g, n) - graph::value_bytes(g, weights) - graph::value_bytes(g, n.in[2]);
+    }
+    return std::pair{b, ragged};
+  };
+  const auto one = row_bytes(compile_on("h100-80gb-1", small({"model_name=mixtral-test"})));
+  const auto ep =
+      row_bytes(compile_on("h100-80gb-2", small({"model_name=mixtral-test", "ici_expert_parallelism=2"})));
+  EXPECT_EQ(one.second, 0);
+  EXPECT_GT(ep.second, 0);
+  EXPECT_DOUBLE_EQ(ep.first, one.first);
+}
+
+// A GPU group that leaves the node runs one ring per network port of its members in a node: FSDP
+// over 8 GPUs of each of 2 nodes moves at 8 x 50 GB/s (below NVLink's 450), FSDP over one GPU of
+// each node at one port's 50 GB/s.
+TEST(Compile, GpuRingsLeavingTheNodeUseTheMembersPorts) {
+  auto fsdp_link = [](const std::vector<std::string>& mesh) {
+    const Topology t = resolve_topology(catalogue(), "h100-80gb", 2, nullptr);
+    const Config cfg = load_config(base_config(), small(mesh), {t.num_devices(), t.num_slices});
+    const CompiledRun run = compile_run(cfg, t);
+    for (const AxisTraffic& a : estimate_cost(run.classes.at(0).plan, run.cfg, t).traffic)
+      if (a.group == "fsdp") return std::pair{a.link, a.link_bytes_per_s};
+    return std::pair{std::string("none"), 0.0};
+  };
+  const auto wide = fsdp_link({"ici_fsdp_parallelism=8", "dcn_fsdp_parallelism=2", "dcn_data_parallelism=1"});
+  EXPECT_EQ(wide.first, "inter-node, 8 ports");
+  EXPECT_DOUBLE_EQ(wide.second, 400e9);
+  const auto thin = fsdp_link({"ici_fsdp_parallelism=1", "ici_data_parallelism=8", "dcn_fsdp_parallelism=2",
+                               "dcn_data_parallelism=1"});
+  EXPECT_EQ(thin.first, "inter-node");
+  EXPECT_DOUBLE_EQ(thin.second, 50e9);
 }
 
 TEST(Compile, PipelineParallelismIsRefusedByName) {

@@ -35,22 +35,29 @@ struct Link {
 
 // The slowest link the ranks of `group` talk over. Axes run slowest-varying first, so an ICI
 // axis spans itself and the axes after it; on a GPU it stays in a node while that span fits.
+// A GPU group that leaves the node runs as many rings as its members in one node have network
+// ports (NCCL's channels, one per NIC), so its ring bandwidth is the members' ports together, up
+// to the node's own links: with 8 members per node of 50 GB/s ports, 400 GB/s, not 50.
 Link link_of(const std::vector<MeshAxis>& group, const Config& cfg, const Topology& topo) {
   const Target& d = topo.device;
   bool inter = false;
+  int64_t in_node = 1;  // the group's ranks inside one node (GPUs)
   for (MeshAxis axis : group) {
     const int a = static_cast<int>(axis);
     if (cfg.dcn_parallelism[a] > 1) inter = true;
     if (d.kind == TargetKind::kTpu) continue;
-    int64_t span = 1;
-    for (int b = a; b < kNumMeshAxes; ++b) span *= cfg.ici_parallelism[b];
-    if (span > d.devices_per_node) inter = true;
+    int64_t stride = 1;  // devices between neighbours on this axis
+    for (int b = a + 1; b < kNumMeshAxes; ++b) stride *= cfg.ici_parallelism[b];
+    if (stride * cfg.ici_parallelism[a] > d.devices_per_node) inter = true;
+    if (stride < d.devices_per_node) in_node *= std::min(cfg.ici_parallelism[a], d.devices_per_node / stride);
   }
   if (d.kind == TargetKind::kCpu) return {"shared memory", d.intra_node_bytes_per_s, false};
   if (d.kind == TargetKind::kTpu)
     return inter ? Link{"dcn", d.inter_node_bytes_per_s, true} : Link{"ici", d.intra_node_bytes_per_s, false};
-  return inter ? Link{"inter-node", d.inter_node_bytes_per_s, true}
-               : Link{"intra-node", d.intra_node_bytes_per_s, false};
+  if (!inter) return Link{"intra-node", d.intra_node_bytes_per_s, false};
+  const double rings = static_cast<double>(in_node);
+  return Link{in_node > 1 ? fmt::format("inter-node, {} ports", in_node) : "inter-node",
+              std::min(d.intra_node_bytes_per_s, d.inter_node_bytes_per_s * rings), true};
 }
 
 std::string group_name(const std::vector<MeshAxis>& group) {
@@ -104,7 +111,8 @@ std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, 
                   r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
       "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes",
       "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
-      "their axes, plus a fixed latency per call",
+      "their axes, plus a fixed latency per call; a GPU group that leaves the node runs one ring per network "
+      "port of its members in a node (NCCL's channels), up to the node's own link bandwidth",
       "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions "
       "after the last pass, ZeRO-1 gathers, tensor-parallel all-reduces and expert all-to-alls do not",
       "expert all-to-alls: balanced routing, so (EP-1)/EP of each exchange's rows leave the rank; a skewed "
