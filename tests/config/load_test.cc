@@ -59,6 +59,7 @@ TEST(Load, PresetsHaveTheirPublishedShapes) {
   const Shape shapes[] = {
       {"llama2-7b", 4096, 32, 32, 11008, 32, 32000, 10000, "llama2", "default"},
       {"llama2-13b", 5120, 40, 40, 13824, 40, 32000, 10000, "llama2", "default"},
+      {"llama2-70b", 8192, 64, 8, 28672, 80, 32000, 10000, "llama2", "default"},
       {"llama3-8b", 4096, 32, 8, 14336, 32, 128256, 500000, "llama2", "default"},
       {"llama3.1-8b", 4096, 32, 8, 14336, 32, 128256, 500000, "llama2", "llama3.1"},
       {"mistral-7b", 4096, 32, 8, 14336, 32, 32000, 1000000, "mistral", "default"},

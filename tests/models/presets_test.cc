@@ -51,6 +51,7 @@ TEST(Presets, ParameterCountsMatchThePublishedOnes) {
       {"qwen3-32b", 32.8e9, 0.1 / 32.8},
       // Meta's Llama releases.
       {"llama2-7b", 6'738'415'616, 0},
+      {"llama2-70b", 68'976'648'192, 0},
       {"llama3-8b", 8'030'261'248, 0},
       {"llama3.2-1b", 1'235'814'400, 0},
       {"llama3.2-3b", 3'212'749'824, 0},
