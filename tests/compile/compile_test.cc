@@ -352,6 +352,15 @@ TEST(Search, TriesExpertMeshesForAMixtureOfExperts) {
   EXPECT_EQ(experts_of({"model_name=mixtral-test", "max_target_length=32"}),
             (std::set<std::string>{"1", "2", "4"}));
   EXPECT_EQ(experts_of({"model_name=llama-test", "max_target_length=32"}), (std::set<std::string>{"1"}));
+  // Over two nodes the expert axis may also span the nodes (dcn), with 2 or 1 expert ranks inside.
+  const Topology two = resolve_topology(catalogue(), "h100-80gb", 2, nullptr);
+  std::set<std::string> across;
+  for (const SearchResult& s :
+       search_layouts(base_config(), {"model_name=mixtral-test", "max_target_length=32"}, two, opts).fitting)
+    if (std::find(s.overrides.begin(), s.overrides.end(), "dcn_expert_parallelism=2") != s.overrides.end())
+      across.insert(s.layout);
+  EXPECT_FALSE(across.empty());
+  for (const std::string& l : across) EXPECT_NE(l.find("dcn expert 2"), std::string::npos) << l;
 }
 
 }  // namespace

@@ -12,12 +12,13 @@ namespace {
 
 struct Mesh {
   int64_t data = 1, fsdp = 1, tensor = 1, expert = 1;
-  int64_t dcn_data = 1, dcn_fsdp = 1;
+  int64_t dcn_data = 1, dcn_fsdp = 1, dcn_expert = 1;
 };
 
 // Inside a slice: tensor (powers of two up to max_tensor, inside a node) x expert (powers of two
 // dividing the experts; only for a mixture of experts) x fsdp (every divisor) x data (the rest);
-// over the slices data or fsdp.
+// over the slices data, fsdp or (a mixture of experts whose experts the two expert sizes divide)
+// expert.
 std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor, int64_t experts) {
   std::vector<Mesh> out;
   const int64_t p = t.devices_per_slice, s = t.num_slices;
@@ -29,13 +30,16 @@ std::vector<Mesh> meshes(const Topology& t, int64_t max_tensor, int64_t experts)
       const int64_t rest = p / tp / ep;
       for (int64_t f = 1; f <= rest; ++f) {
         if (rest % f != 0) continue;
-        for (int dcn = 0; dcn < (s > 1 ? 2 : 1); ++dcn)
+        for (int dcn = 0; dcn < (s > 1 ? 3 : 1); ++dcn) {
+          if (dcn == 2 && (experts <= 1 || experts % (ep * s) != 0)) continue;
           out.push_back(Mesh{.data = rest / f,
                              .fsdp = f,
                              .tensor = tp,
                              .expert = ep,
                              .dcn_data = dcn == 0 ? s : 1,
-                             .dcn_fsdp = dcn == 1 ? s : 1});
+                             .dcn_fsdp = dcn == 1 ? s : 1,
+                             .dcn_expert = dcn == 2 ? s : 1});
+        }
       }
     }
   }
@@ -50,11 +54,12 @@ std::vector<std::string> mesh_overrides(const Mesh& m) {
           fmt::format("dcn_data_parallelism={}", m.dcn_data),
           fmt::format("dcn_fsdp_parallelism={}", m.dcn_fsdp),
           "dcn_tensor_parallelism=1",
-          "dcn_expert_parallelism=1"};
+          fmt::format("dcn_expert_parallelism={}", m.dcn_expert)};
 }
 
 std::string describe(const Mesh& m, const std::string& remat, double batch, int64_t slices) {
-  std::string dcn = slices > 1 ? fmt::format(", dcn {} {}", m.dcn_data > 1 ? "data" : "fsdp", slices) : "";
+  const char* over = m.dcn_data > 1 ? "data" : m.dcn_fsdp > 1 ? "fsdp" : "expert";
+  std::string dcn = slices > 1 ? fmt::format(", dcn {} {}", over, slices) : "";
   std::string expert = m.expert > 1 ? fmt::format(" x expert {}", m.expert) : "";
   return fmt::format("data {} x fsdp {} x tensor {}{}{}; remat {}; per-device batch {:g}", m.data, m.fsdp,
                      m.tensor, expert, dcn, remat, batch);
