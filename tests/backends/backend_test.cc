@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
+#include "tessera/backends/cpu/peak.h"
+#include "tessera/backends/cpu/peak_kernels.h"
 #include "tessera/backends/kernels.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
@@ -111,6 +114,33 @@ TEST(Backend, AnOpOnADeviceWithoutABackendIsAClearError) {
     EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_NE(std::string(e.what()).find("no backend for device cuda:0"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The AMX calibration loop computes what it counts: four 16 x 16 accumulators of 32-long bf16 dot
+// products of 2^-24 by 2^-24 per call, so after n calls every element of tiles 0 and 3 holds
+// n x 32 x 2^-48 (exact in f32), and it reports n x 4 x 16384 FLOPs.
+TEST(CpuPeak, AmxLoopAccumulatesWhatItCounts) {
+  if (!amx_bf16_usable()) GTEST_SKIP() << "this CPU or kernel does not offer AMX bf16 tiles";
+  float sink = 0;
+  const double flops = cpu::amx::dot_bf16(1000, &sink);
+  EXPECT_EQ(flops, 1000.0 * 4 * 16 * 16 * 32 * 2);
+  EXPECT_EQ(sink, 2.0f * 256 * 1000 * 32 * std::ldexp(1.0f, -48));
+}
+
+// Where AMX is usable the bf16 peak is the AMX tiles' (oneDNN's bf16 GEMMs run there), and the
+// calibration says so; elsewhere it is the bf16 dot product's.
+TEST(CpuPeak, Bf16PeakIsTheAmxTilesWhereTheyAreUsable) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const backends::DevicePeak p = cpu::calibrate_cpu_peak(0.01, Isa::kAvx512);
+  EXPECT_EQ(p.bf16_amx, amx_bf16_usable());
+  EXPECT_GT(p.bf16_flops, 0);
+  EXPECT_FALSE(cpu::calibrate_cpu_peak(0.01, Isa::kAvx2).bf16_amx);
 }
 
 }  // namespace

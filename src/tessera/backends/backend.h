@@ -30,6 +30,7 @@ struct KernelTables;  // kernels.h
 struct DevicePeak {
   double f32_flops = 0;   // FLOP/s, the whole device (on the CPU: all threads)
   double bf16_flops = 0;  // FLOP/s with bf16 operands (= the f32 peak where there is no faster path)
+  bool bf16_amx = false;  // the CPU's bf16 figure is its AMX tiles' (backends/cpu/peak.h)
   double for_dtype(DType compute) const { return compute == DType::kBF16 ? bf16_flops : f32_flops; }
 };
 

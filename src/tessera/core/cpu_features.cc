@@ -2,6 +2,11 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +46,26 @@ std::string supported_names() {
   return s;
 }
 }  // namespace
+
+bool amx_bf16_usable() {
+  static const bool usable = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; CPUID.1:ECX bit 27 OSXSAVE.
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    constexpr unsigned kTileState = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
+    if ((xcr0_lo & kTileState) != kTileState) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtileData = 18;  // <asm/prctl.h>
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {

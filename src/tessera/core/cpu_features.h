@@ -33,6 +33,12 @@ Isa isa_from_setting(std::string_view value);
 Isa active_isa();
 void set_active_isa(Isa isa);  // throws kRuntime when the CPU does not support it
 
+// AMX tiles with bf16 (TDPBF16PS; Sapphire Rapids and later): the CPU has them, the OS enables
+// their state (XCR0), and Linux granted this process their use (arch_prctl ARCH_REQ_XCOMP_PERM, as
+// oneDNN asks before its AMX kernels). Asked once; later calls return the first answer. oneDNN's
+// bf16 GEMMs run on AMX where this holds, so the bf16 peak is AMX's there (backends/cpu/peak.h).
+bool amx_bf16_usable();
+
 int num_threads();
 void set_num_threads(int n);
 

@@ -159,7 +159,9 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       "counted), executed TFLOP per step {:.4f} (backward and recompute as run); start-up {:.2f} s "
       "(plan and arenas {:.2f} s, init {:.2f} s)\n",
       isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
-      cfg.device_peak_tflops > 0 ? "device_peak_tflops" : "calibrated",
+      cfg.device_peak_tflops > 0                  ? "device_peak_tflops"
+      : compute == DType::kBF16 && peak_.bf16_amx ? "calibrated on the AMX tiles"
+                                                  : "calibrated",
       plan_->flops().model_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       plan_->flops().executed_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);

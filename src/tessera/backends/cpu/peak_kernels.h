@@ -19,4 +19,11 @@ struct PeakKernels {
 
 TESSERA_DECLARE_KERNEL_TABLE(PeakKernels, peak_kernels)
 
+// AMX (peak_kernels_amx.cc, built with -mamx-tile -mamx-bf16): four independent 16 x 16 f32 tile
+// accumulators of TDPBF16PS on tiles in registers, 16 x 16 x 32 x 2 FLOPs each. Only to be called
+// where amx_bf16_usable() (core/cpu_features.h) holds.
+namespace amx {
+double dot_bf16(int64_t iters, float* sink);
+}
+
 }  // namespace tessera::cpu
