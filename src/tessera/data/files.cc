@@ -4,6 +4,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "tessera/core/error.h"
 
@@ -52,14 +53,16 @@ void resolve_one(std::string_view spec, std::span<const std::string_view> extens
     return;
   }
   if (fs::exists(p, ec)) add_data_file(p, out);  // named exactly but neither file nor folder: refused
-  glob_t g{};
-  const int rc = ::glob(std::string(spec).c_str(), 0, nullptr, &g);
-  if (rc == 0)
-    for (size_t i = 0; i < g.gl_pathc; ++i) {
-      fs::path m(g.gl_pathv[i]);
-      if (has_extension(m, extensions)) add_data_file(m, out);
-    }
-  ::globfree(&g);
+  // add_data_file throws for a match that is not a regular file: the matches are freed either way.
+  const std::unique_ptr<glob_t, void (*)(glob_t*)> g(new glob_t{}, [](glob_t* x) {
+    ::globfree(x);
+    delete x;
+  });
+  if (::glob(std::string(spec).c_str(), 0, nullptr, g.get()) != 0) return;
+  for (size_t i = 0; i < g->gl_pathc; ++i) {
+    fs::path m(g->gl_pathv[i]);
+    if (has_extension(m, extensions)) add_data_file(m, out);
+  }
 }
 
 }  // namespace
