@@ -728,7 +728,11 @@ TEST(ExportErrors, GemmaKeysTransformersCannotExpress) {
       {"g3", {"query_pre_attn_scalar=20.5"}},
       {"g3", {"local_rope_max_timescale=-1"}},
   };
-  for (const auto& [from, overrides] : cases) {
+  for (const auto& c : cases) {
+    // References, not structured bindings: lambdas capture those only from C++20's P1091 on,
+    // which clang 14 (the sanitizer builds' compiler) lacks.
+    const auto& from = c.first;
+    const auto& overrides = c.second;
     SCOPED_TRACE(overrides[0]);
     const std::string e = error_of(
         [&] {

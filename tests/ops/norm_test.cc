@@ -70,7 +70,8 @@ TEST(RmsNorm, ForwardMatchesReference) {
 TEST(RmsNorm, BackwardMatchesReferenceAndAccumulates) {
   const double eps = 1e-6;
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    for (auto [n, c] : kSizes) {
+    for (const auto& size : kSizes) {  // named, not bound: clang 14 lambdas cannot capture bindings
+      const int64_t n = size.first, c = size.second;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
       OwnedTensor x(Shape{n, c}, dt), y(Shape{n, c}, dt), dy(Shape{n, c}, dt), dx(Shape{n, c}, dt),
           gamma(Shape{c}, DType::kF32), rstd(Shape{n}, DType::kF32), dgamma(Shape{c}, DType::kF32);
@@ -185,7 +186,8 @@ TEST(LayerNorm, ForwardMatchesReference) {
 TEST(LayerNorm, BackwardMatchesReferenceAndAccumulates) {
   const double eps = 1e-5;
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    for (auto [n, c] : kSizes) {
+    for (const auto& size : kSizes) {  // named, not bound: clang 14 lambdas cannot capture bindings
+      const int64_t n = size.first, c = size.second;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
       OwnedTensor x(Shape{n, c}, dt), y(Shape{n, c}, dt), dy(Shape{n, c}, dt), dx(Shape{n, c}, dt),
           gamma(Shape{c}, DType::kF32), beta(Shape{c}, DType::kF32), mean(Shape{n}, DType::kF32),
