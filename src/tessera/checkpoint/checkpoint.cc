@@ -123,7 +123,7 @@ fs::path make_tmp_dir(const fs::path& root, int64_t step) {
     check_ec(ec, "cannot create the checkpoint folder " + root.string());
     fsync_path(root.parent_path().empty() ? fs::path(".") : root.parent_path());
   }
-  const fs::path tmp = root / (std::to_string(step) + ".tmp");
+  fs::path tmp = root / (std::to_string(step) + ".tmp");
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   check_ec(ec, "cannot create " + tmp.string());

@@ -105,21 +105,28 @@ NodeTotals node_totals(const graph::Graph& g, double flop_rate, double hbm_bytes
 }
 
 std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, const Target& d) {
+  // Each assumption is one std::string: several lines of one literal are one sentence, not
+  // literals missing their commas.
   return {
       fmt::format("each node takes max(FLOPs / ({:.1f} TFLOP/s {} peak x {:.0f}% GEMM efficiency), bytes / "
                   "{:.0f} GB/s)",
                   r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
-      "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes",
-      "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest link of "
-      "their axes, plus a fixed latency per call; a GPU group that leaves the node runs one ring per network "
-      "port of its members in a node (NCCL's channels), up to the node's own link bandwidth",
-      "FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; reductions "
-      "after the last pass, ZeRO-1 gathers, tensor-parallel all-reduces and expert all-to-alls do not",
-      "expert all-to-alls: balanced routing, so (EP-1)/EP of each exchange's rows leave the rank; a skewed "
-      "step moves more and waits for its busiest rank",
-      "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, remat "
-      "not "
-      "counted) over the step time and the peak",
+      std::string(
+          "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes"),
+      std::string(
+          "collectives: ring algorithms, (n-1)/n of the buffer per rank (all-reduce 2x), on the slowest "
+          "link of their axes, plus a fixed latency per call; a GPU group that leaves the node runs one "
+          "ring per network port of its members in a node (NCCL's channels), up to the node's own link "
+          "bandwidth"),
+      std::string("FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; "
+                  "reductions after the last pass, ZeRO-1 gathers, tensor-parallel all-reduces and expert "
+                  "all-to-alls do not"),
+      std::string(
+          "expert all-to-alls: balanced routing, so (EP-1)/EP of each exchange's rows leave the rank; a "
+          "skewed step moves more and waits for its busiest rank"),
+      std::string(
+          "no kernel launch, host or data-loading overhead; MFU is MaxText's: model FLOPs (3 x forward, "
+          "remat not counted) over the step time and the peak"),
   };
 }
 

@@ -121,7 +121,7 @@ fs::path write_resolved_config(const Config& cfg) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail(ErrorKind::kIo, "cannot create the run folder '{}': {}", dir.string(), ec.message());
-  const fs::path path = dir / "config.yml";
+  fs::path path = dir / "config.yml";
   write_file_atomically(path,
                         config_to_yaml(cfg, {.header = "Resolved Tessera config: every key with the value "
                                                        "this run used. Load it as a config file to run "

@@ -191,7 +191,7 @@ void parse_layer_rope(const Reader& r, const HfFamily& fam, json& out) {
     const char* key = p.contains("rope_type") ? "rope_type" : p.contains("type") ? "type" : nullptr;
     if (key && !p[key].is_string())
       r.refuse(where, fmt::format("not valid: its {} rope_type is not a string", layers));
-    const std::string kind = key ? p[key].get<std::string>() : "default";
+    std::string kind = key ? p[key].get<std::string>() : "default";
     if (!listed(kinds, kind))
       r.refuse(where, fmt::format("not supported: rope type '{}' on the {} layers; Tessera converts {} with "
                                   "rope types [{}] there",

@@ -102,8 +102,7 @@ std::string compute_dtype(const std::string& option, const json& config, std::ve
     return option;
   }
   const char* key = config.contains("dtype") && config["dtype"].is_string() ? "dtype" : "torch_dtype";
-  const std::string hf =
-      config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
+  std::string hf = config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
   if (hf == "float32" || hf == "bfloat16") return hf;
   notes.push_back(
       fmt::format("config.json's {} is {}; model.yml computes in bfloat16 (set --dtype to choose)", key,

@@ -158,7 +158,8 @@ void add_arrays(void* dst, const void* a, const void* b, size_t n, bool accumula
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   const auto count = static_cast<int64_t>(n);
-  if (accumulate) {
+  // The branches differ (+= and =); clang-tidy compares the omp directives alone.
+  if (accumulate) {  // NOLINT(bugprone-branch-clone)
 #pragma omp parallel for simd schedule(static) if (count > (int64_t{1} << 18))
     for (int64_t i = 0; i < count; ++i) d[i] += x[i] + y[i];
   } else {

@@ -170,7 +170,7 @@ const std::vector<std::string>& remat_policy_names() {
 namespace {
 
 std::set<std::string> saved_names(const std::string& policy) {
-  const std::set<std::string> qkv = {"query_proj", "key_proj", "value_proj", "qkv_proj"};
+  std::set<std::string> qkv = {"query_proj", "key_proj", "value_proj", "qkv_proj"};
   auto with = [&](std::set<std::string> base, std::initializer_list<const char*> more) {
     for (const char* m : more) base.insert(m);
     return base;

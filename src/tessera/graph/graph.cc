@@ -112,7 +112,7 @@ ValueId Graph::add_op(OpKind op, std::vector<ValueId> in, NodeAttrs attrs, const
                       const std::string& ckpt) {
   const OpDef& def = op_def(op);
   TESSERA_ASSERT(def.infer != nullptr);
-  Node n{.op = op, .in = std::move(in), .attrs = std::move(attrs)};
+  Node n{.op = op, .in = std::move(in), .attrs = attrs};
   n.name = name;
   n.ckpt_name = ckpt;
   n.phase = phase_;
