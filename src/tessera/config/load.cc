@@ -3,6 +3,7 @@
 // override_model_config=true. Every failure is an Error(kConfig) that says where the bad key or
 // value came from (file:line or "command line").
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
@@ -115,17 +117,40 @@ void check_quotes_closed(const std::string& text, const YAML::Node& n, const fs:
        m.column + 1, q);
 }
 
+// Where each document yaml-cpp's parser reports starts; the rest of the events are not needed.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  }
+  void OnMapEnd() override {}
+};
+
 // The file's top-level map (a null node for an empty file).
 const YAML::Node parse_yaml_file(const fs::path& path, std::string_view what) {
   std::string text = read_text_file(path, what);
   YAML::Node root;
   try {
-    // One document per file: a second one (after `---`) would be ignored, so it is refused.
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1)
+    // One document per file: a second one (after `---`) would be ignored, so it is refused. The
+    // parser is asked for two documents at most: yaml-cpp 0.7's LoadAll never ends on a stray ','
+    // at the top level (each call returns one more empty document; the fuzzer found it).
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts docs;
+    for (int n = 0; n < 2 && parser.HandleNextDocument(docs); ++n) {
+    }
+    if (docs.starts.size() > 1)
       fail(ErrorKind::kConfig, "{}:{}: a second YAML document; a config file holds one", path.string(),
-           docs[1].Mark().line + 1);
-    if (!docs.empty()) root = docs[0];
+           docs.starts[1].line + 1);
+    if (!docs.starts.empty()) root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     fail(ErrorKind::kConfig, "{}:{}:{}: malformed YAML: {}", path.string(), e.mark.line + 1,
          e.mark.column + 1, e.msg);
