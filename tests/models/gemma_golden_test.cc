@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -125,13 +126,13 @@ std::vector<Name> gemma_names(const models::ModelSpec& s) {
   return n;
 }
 
-testing::GoldenPlan golden_plan(const Golden& g, DType dtype) {
+testing::GoldenPlan golden_plan(const Golden& g, DType dtype, const std::string& remat = "none") {
   models::ModelSpec spec = g.spec(dtype);
   const std::vector<Name> names = gemma_names(spec);
   std::vector<std::string> tessera_names;
   for (const Name& n : names) tessera_names.push_back(n.tessera);
-  return testing::GoldenPlan(spec, g.file, tessera_names,
-                             [&](size_t p) { return hf_values(g.file, "param.", names[p]); });
+  return testing::GoldenPlan(
+      spec, g.file, tessera_names, [&](size_t p) { return hf_values(g.file, "param.", names[p]); }, remat);
 }
 
 class GemmaGolden : public ::testing::TestWithParam<const char*> {};
@@ -179,6 +180,30 @@ TEST_P(GemmaGolden, Bfloat16Forward) {
   EXPECT_TRUE(
       testing::all_close(m.values("decoder.logits"), testing::to_vector(g.file.get("bf16.logits")), 0, 0.1));
   EXPECT_NEAR(loss_sum / counted, g.file.get("bf16.loss").ptr<float>()[0], 1e-2);
+}
+
+// Recomputation reruns the same kernels on the same inputs (soft caps, post norms, QK-norm and
+// the local RoPE table included): every gradient is bitwise the one of the run that saves
+// everything, and remat full keeps fewer activations.
+TEST_P(GemmaGolden, RematPoliciesGiveIdenticalGradients) {
+  Golden g(GetParam());
+  testing::GoldenPlan ref = golden_plan(g, DType::kF32);
+  ref.exec->zero_grads();
+  ref.exec->forward_backward();
+  for (const std::string policy : {"full", "minimal", "save_dot_except_mlp", "save_out_proj"}) {
+    SCOPED_TRACE(policy);
+    testing::GoldenPlan m = golden_plan(g, DType::kF32, policy);
+    m.exec->zero_grads();
+    m.exec->forward_backward();
+    for (const Name& n : gemma_names(m.spec)) {
+      const Tensor &a = m.grad_of(n.tessera), &b = ref.grad_of(n.tessera);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n.tessera;
+    }
+    if (policy == "full") {
+      EXPECT_LT(m.plan->memory().activations, ref.plan->memory().activations);
+      EXPECT_GT(m.plan->flops().recompute, 0);
+    }
+  }
 }
 
 TEST_P(GemmaGolden, DecodingMatchesTheForwardAndGenerate) {

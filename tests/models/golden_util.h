@@ -103,8 +103,8 @@ inline graph::ValueId value_named(const graph::Plan& plan, const std::string& na
   return 0;
 }
 
-// A golden model: the plan of `spec` (remat none) and its executor, every parameter set from the
-// golden file through `param_values(tessera_name)` (the file's values in Tessera's layout), the
+// A golden model: the plan of `spec` (remat policy `remat`, default none) and its executor, every parameter
+// set from the golden file through `param_values(tessera_name)` (the file's values in Tessera's layout), the
 // file's batch fed, and the aux-loss seed set so that the objective is the mean token loss plus
 // the mean over layers of the load-balance losses.
 struct GoldenPlan {
@@ -114,11 +114,12 @@ struct GoldenPlan {
   models::DecoderInputs in;
 
   GoldenPlan(models::ModelSpec s, const SafetensorsFile& file, const std::vector<std::string>& param_names,
-             const std::function<std::vector<double>(size_t)>& param_values)
+             const std::function<std::vector<double>(size_t)>& param_values,
+             const std::string& remat = "none")
       : spec(std::move(s)) {
     graph::Graph gr;
     in = models::build_decoder(gr, spec);
-    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = "none"});
+    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = remat});
     exec = std::make_unique<graph::Executor>(
         *plan, std::make_unique<ops::RopeTable>(models::rope_config(spec, spec.seq)));
     EXPECT_EQ(param_names.size(), plan->graph().params().size());
