@@ -78,6 +78,43 @@ TEST(ExpertPlan, EachRankHoldsItsExpertsAndExchangesAroundTheGroupedMatmuls) {
   EXPECT_NE(p.summary().find("8 all-to-alls"), std::string::npos) << p.summary();
 }
 
+// The backward dispatch exchange starts, then the layer's expert weight gradients run (three
+// grouped matmul .dw: wi_0, wi_1, wo; mixtral-test has no expert biases), then the wait, before
+// anything reads the exchanged rows; the forward exchanges and the combine's backward stay whole.
+TEST(ExpertPlan, TheBackwardDispatchOverlapsTheExpertWeightGradients) {
+  const Config cfg =
+      config({"ici_expert_parallelism=2", "ici_fsdp_parallelism=1", "per_device_batch_size=2"}, 2);
+  const compile::RankPlan rp = compile::build_rank_plan(cfg, coords_with(MeshAxis::kExpert, 0));
+  const auto& nodes = rp.plan.graph().nodes();
+  int exchanges = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = nodes[i];
+    if (n.op == graph::OpKind::kMoeToExperts || n.op == graph::OpKind::kMoeFromExperts ||
+        n.op == graph::OpKind::kMoeFromExpertsBwd)
+      EXPECT_FALSE(n.attr<graph::MoeExchangeAttrs>().deferred) << n.name;
+    if (n.op != graph::OpKind::kMoeToExpertsBwd) continue;
+    ++exchanges;
+    SCOPED_TRACE(n.name);
+    EXPECT_TRUE(n.attr<graph::MoeExchangeAttrs>().deferred);
+    ASSERT_LT(i + 4, nodes.size());
+    for (size_t j = i + 1; j <= i + 3; ++j) {
+      EXPECT_EQ(nodes[j].op, graph::OpKind::kGroupedMatmul) << nodes[j].name;
+      EXPECT_TRUE(nodes[j].attr<graph::GroupedMatmulAttrs>().weight_grad) << nodes[j].name;
+      EXPECT_EQ(nodes[j].layer, n.layer);
+    }
+    const graph::Node& wait = nodes[i + 4];
+    EXPECT_EQ(wait.op, graph::OpKind::kMoeExchangeWait);
+    EXPECT_EQ(wait.in, n.out);  // the receive buffer and staging stay live until the wait
+    // No node before the wait reads what the exchange writes.
+    for (size_t j = i + 1; j < i + 4; ++j)
+      for (graph::ValueId v : nodes[j].in) EXPECT_TRUE(v != n.out[0] && v != n.out[1]) << nodes[j].name;
+  }
+  EXPECT_EQ(exchanges, 2);
+  // One process has no exchange to split.
+  const compile::RankPlan one = compile::build_rank_plan(config({"per_device_batch_size=2"}, 1), {});
+  for (const graph::Node& n : one.plan.graph().nodes()) EXPECT_NE(n.op, graph::OpKind::kMoeExchangeWait);
+}
+
 TEST(ExpertPlan, FsdpAlsoShardsTheExpertWeights) {
   const Config cfg =
       config({"ici_expert_parallelism=2", "ici_fsdp_parallelism=2", "per_device_batch_size=1"}, 4);

@@ -246,14 +246,7 @@ void apply_remat(Graph& g, const std::string& policy) {
     }
     out.push_back(std::move(n));
   }
-  g.nodes() = std::move(out);
-  // Producers now index the rewritten list.
-  for (size_t i = 0; i < g.values().size(); ++i) g.value(static_cast<ValueId>(i)).producer = -1;
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (ValueId o : g.nodes()[i].out) {
-      Value& val = g.value(o);
-      if (val.kind == ValueKind::kActivation && val.producer < 0) val.producer = static_cast<int>(i);
-    }
+  g.set_nodes(std::move(out));
 }
 
 void append_optimizer(Graph& g, OptimizerKind kind) {

@@ -9,6 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/communicator.h"
+#include "tessera/graph/sharding_expert.h"
 #include "tessera/ops/cross_entropy.h"
 #include "tessera/ops/optimizer.h"
 
@@ -37,6 +38,7 @@ Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<c
   ctx_.rope = rope_.get();
   ctx_.tensor = &axis_group(mesh_, MeshAxis::kTensor);
   ctx_.expert = &axis_group(mesh_, MeshAxis::kExpert);
+  ctx_.pending = &pending_;
   // Every node must have a kernel on the workspace's device, for its activations' dtype: a clear
   // error before the first step rather than inside one.
   for (const Node& n : spec_.graph().nodes()) {
@@ -66,6 +68,8 @@ void Executor::zero_grads() {
 
 void Executor::run(const Node& n) {
   op_def(n.op).run(ctx_, n);
+  // An exchange in flight (sharding_expert.h) moves while the nodes between it and its wait run.
+  if (!pending_.requests.empty()) ctx_.expert->progress();
 }
 
 void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_step) {
@@ -107,6 +111,8 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
     row.flops += node_flops(spec_.graph(), nodes[i]);
     ++row.calls;
   }
+  TESSERA_CHECK(pending_.requests.empty(), ErrorKind::kInternal,
+                "a pass ended with {} expert exchanges in flight", pending_.requests.size());
 }
 
 std::string Executor::profile_report() const {

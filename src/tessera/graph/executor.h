@@ -18,6 +18,7 @@
 #include "tessera/graph/op_table.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/plan.h"
+#include "tessera/graph/sharding_expert.h"
 #include "tessera/ops/optimizer.h"
 #include "tessera/ops/rope.h"
 
@@ -106,6 +107,7 @@ class Executor {
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<ParamSync> sync_;  // the collectives when the mesh has more than one rank
   RunContext ctx_;                   // what the op table's kernel calls read (op_table.h)
+  PendingExchanges pending_;         // expert exchanges between their start and wait nodes
   std::vector<Tensor> grads_;        // every parameter's gradient, for the global-norm clip
   bool profiling_ = false;
   NodeObserver* observer_ = nullptr;

@@ -108,6 +108,12 @@ int Graph::add_node(Node n) {
   return idx;
 }
 
+void Graph::set_nodes(std::vector<Node> nodes) {
+  for (Value& v : values_) v.producer = -1;
+  nodes_.clear();
+  for (Node& n : nodes) add_node(std::move(n));
+}
+
 ValueId Graph::add_op(OpKind op, std::vector<ValueId> in, NodeAttrs attrs, const std::string& name,
                       const std::string& ckpt) {
   const OpDef& def = op_def(op);

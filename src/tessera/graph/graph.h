@@ -150,9 +150,13 @@ enum class OpKind {
   kMoeToExpertsBwd,    // in: dxl [Rb,E], counts                out: dxs [R,E], staging [Rb,E]
   kMoeFromExperts,     // in: yl [Rb,E], counts                 out: ys [R,E], staging [Rb,E]
   kMoeFromExpertsBwd,  // in: dys [R,E], counts                 out: dyl [Rb,E], staging [Rb,E]
+  // The end of an exchange that overlap_expert_exchanges split (MoeExchangeAttrs::deferred): waits
+  // for the all-to-all its exchange node started. in: that node's outputs (receive buffer,
+  // staging), which stay live until here; no output.
+  kMoeExchangeWait,
 };
 // The last kind above, plus one.
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kMoeFromExpertsBwd) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kMoeExchangeWait) + 1;
 
 // The op's name as logs, profiles and backends spell it ("matmul", "rms_norm_bwd", ...).
 const char* op_name(OpKind op);
@@ -218,6 +222,8 @@ struct MoeExchangeAttrs {
   int64_t rows = 0;         // R: the rows this rank dispatches (N * k)
   int64_t buffer_rows = 0;  // Rb
   double buffer_factor = -1;
+  // The node only starts its all-to-all; the kMoeExchangeWait node reading its outputs ends it.
+  bool deferred = false;
 };
 using NodeAttrs = std::variant<std::monostate, MatmulAttrs, NormAttrs, RopeAttrs, AttentionAttrs,
                                ActivationAttrs, EmbeddingAttrs, CrossEntropyAttrs, MoeAttrs,
@@ -337,6 +343,9 @@ class Graph {
 
   // Appends a node as is (autodiff, remat, sharding and the optimizer use this).
   int add_node(Node n);
+  // Replaces the node list with a rewritten one (remat, the exchange overlap); activations'
+  // producers then index the new list.
+  void set_nodes(std::vector<Node> nodes);
   // Appends a node of the current phase and layer whose outputs its op infers (op_table.h);
   // returns its main output. The op methods above are this with their family's attributes.
   ValueId add_op(OpKind op, std::vector<ValueId> in, NodeAttrs attrs, const std::string& name,

@@ -18,6 +18,7 @@
 #include "tessera/dist/communicator.h"
 #include "tessera/graph/autodiff.h"
 #include "tessera/graph/op_families.h"
+#include "tessera/graph/sharding_expert.h"
 #include "tessera/graph/workspace.h"
 
 namespace tessera::graph {
@@ -63,24 +64,23 @@ std::vector<size_t> elements(const std::vector<size_t>& rows, int64_t width) {
   return out;
 }
 
-// Moves `src` rows to `dst` over the expert axis: the dispatch direction (forward), or with
-// `back` the combine direction. count_received: the traffic counters count the receive side.
-void all_to_all(const RunContext& c, const ExchangeRows& x, const Tensor& src, const Tensor& dst, bool back,
-                bool count_received) {
+// Starts moving `src` rows to `dst` over the expert axis: the dispatch direction (forward), or
+// with `back` the combine direction. count_received: the traffic counters count the receive side.
+std::unique_ptr<dist::Communicator::Request> start_all_to_all(const RunContext& c, const ExchangeRows& x,
+                                                              const Tensor& src, const Tensor& dst, bool back,
+                                                              bool count_received) {
   const int64_t width = src.dim(1);
   const std::vector<size_t> sc = elements(back ? x.recv : x.send, width);
   const std::vector<size_t> so = elements(back ? x.recv_at : x.send_at, width);
   const std::vector<size_t> rc = elements(back ? x.send : x.recv, width);
   const std::vector<size_t> ro = elements(back ? x.send_at : x.recv_at, width);
-  c.expert
-      ->all_to_all_async(src.data(), dst.data(),
-                         {.send_counts = sc.data(),
-                          .send_offsets = so.data(),
-                          .recv_counts = rc.data(),
-                          .recv_offsets = ro.data(),
-                          .count_received = count_received},
-                         src.dtype())
-      ->wait();
+  return c.expert->all_to_all_async(src.data(), dst.data(),
+                                    {.send_counts = sc.data(),
+                                     .send_offsets = so.data(),
+                                     .recv_counts = rc.data(),
+                                     .recv_offsets = ro.data(),
+                                     .count_received = count_received},
+                                    src.dtype());
 }
 
 // The regroup of received rows: (source, local expert) order in `by_source` <-> (local expert,
@@ -130,20 +130,25 @@ void to_experts(const RunContext& c, const Node& n, const int32_t* counts, const
          "for the worst case (no row is dropped)",
          n.name, c.step, n.layer, at_rank, most, a.buffer_rows, a.buffer_factor, a.rows,
          a.buffer_factor <= 0 ? ", the worst case" : "");
-  all_to_all(c, x, rows, staging, /*back=*/false, /*count_received=*/false);
+  start_all_to_all(c, x, rows, staging, /*back=*/false, /*count_received=*/false)->wait();
   regroup(a, counts, x, staging, grouped, /*to_expert=*/true);
   const size_t row = static_cast<size_t>(grouped.dim(1)) * dtype_size(grouped.dtype());
   std::memset(static_cast<char*>(grouped.data()) + static_cast<size_t>(x.received) * row, 0,
               static_cast<size_t>(a.buffer_rows - x.received) * row);
 }
 
-// The combine direction: grouped [Rb, E] -> the dispatch's rows [R, E].
+// The combine direction: grouped [Rb, E] -> the dispatch's rows [R, E]. A deferred node leaves
+// the all-to-all in flight for its kMoeExchangeWait.
 void from_experts(const RunContext& c, const Node& n, const int32_t* counts, const Tensor& grouped,
                   const Tensor& rows, const Tensor& staging) {
   const MoeExchangeAttrs& a = n.attr<MoeExchangeAttrs>();
   const ExchangeRows x = exchange_rows(a, counts);
   regroup(a, counts, x, staging, grouped, /*to_expert=*/false);
-  all_to_all(c, x, staging, rows, /*back=*/true, /*count_received=*/true);
+  auto request = start_all_to_all(c, x, staging, rows, /*back=*/true, /*count_received=*/true);
+  if (!a.deferred) return request->wait();
+  TESSERA_ASSERT(c.pending != nullptr);
+  const auto [at, fresh] = c.pending->requests.try_emplace(n.out[0], std::move(request));
+  TESSERA_CHECK(fresh, ErrorKind::kInternal, "{}: started while its previous exchange is in flight", n.name);
 }
 
 // ---- moe_to_experts: in xs [R, E], sizes [X]; out xl [Rb, E], local sizes [Xl], counts [EP, X],
@@ -217,6 +222,16 @@ void from_bwd_run(const RunContext& c, const Node& n) {  // in: dys, counts; out
   to_experts(c, n, c.in(n, 1).ptr<int32_t>(), c.in(n, 0), c.out(n, 0), c.out(n, 1));
 }
 
+// ---- moe_exchange_wait: in: a deferred exchange's outputs; ends its all-to-all.
+void wait_run(const RunContext& c, const Node& n) {
+  TESSERA_ASSERT(c.pending != nullptr);
+  const auto it = c.pending->requests.find(n.in[0]);
+  TESSERA_CHECK(it != c.pending->requests.end(), ErrorKind::kInternal, "{}: no exchange in flight", n.name);
+  std::unique_ptr<dist::Communicator::Request> request = std::move(it->second);
+  c.pending->requests.erase(it);
+  request->wait();
+}
+
 // The rows that move: the rank's own R rows out and, with balanced routing, as many in; the
 // receive buffer and its staging are touched only as far as they are filled.
 double exchange_bytes(const Graph& g, const Node& n) {
@@ -248,6 +263,10 @@ std::vector<OpDef> expert_op_defs() {
        .name = "moe_from_experts_bwd",
        .run = from_bwd_run,
        .bytes = exchange_bytes},
+      {.kind = OpKind::kMoeExchangeWait,
+       .name = "moe_exchange_wait",
+       .run = wait_run,
+       .bytes = [](const Graph&, const Node&) { return 0.0; }},  // touches no data
   };
 }
 

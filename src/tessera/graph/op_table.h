@@ -32,9 +32,10 @@ class RopeTable;
 
 namespace tessera::graph {
 
-class GradBuilder;   // autodiff.h
-class ShardBuilder;  // sharding.h
-class Workspace;     // workspace.h
+class GradBuilder;        // autodiff.h
+class ShardBuilder;       // sharding.h
+class Workspace;          // workspace.h
+struct PendingExchanges;  // sharding_expert.h
 
 // What a node's kernel call needs besides the node: the tensors (the workspace's views), the
 // device's backend, the RoPE table, the tensor and expert axes' communicators and the optimizer step's
@@ -46,6 +47,7 @@ struct RunContext {
   const ops::RopeTable* rope = nullptr;
   dist::Communicator* tensor = nullptr;  // the tensor axis's group (one process on one device)
   dist::Communicator* expert = nullptr;  // the expert axis's group (sharding_expert.h)
+  PendingExchanges* pending = nullptr;   // all-to-alls started by deferred exchange nodes
   int64_t step = -1;                     // the training step, for error messages (-1: unknown)
   ops::AdamWHyperparams adamw;
   double sgd_lr = 0;

@@ -89,6 +89,7 @@ PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
   } else {
     dloss_ = append_backward(graph_, &daux_);
     apply_remat(graph_, opts.remat_policy);
+    overlap_expert_exchanges(graph_);
     first_opt_ = static_cast<int>(graph_.nodes().size());
     append_optimizer(graph_, opts.optimizer);
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "tessera/core/error.h"
 #include "tessera/graph/op_table.h"
@@ -128,6 +129,47 @@ void shard_expert_parallel(Graph& g, const ExpertParallel& ep) {
   }
   g.set_layer(layer);
   g.set_phase(phase);
+}
+
+void overlap_expert_exchanges(Graph& g) {
+  std::set<int> layers;  // the layers whose backward has a dispatch exchange
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::kMoeToExpertsBwd) layers.insert(n.layer);
+  if (layers.empty()) return;
+  // An expert weight gradient: it reads the layer's activations and their gradients and writes
+  // only a parameter gradient, which no other node of the pass reads.
+  const auto weight_grad = [&](const Node& n) {
+    return n.phase == Phase::kBackward && layers.count(n.layer) &&
+           ((n.op == OpKind::kGroupedMatmul && n.attr<GroupedMatmulAttrs>().weight_grad) ||
+            n.op == OpKind::kGroupedBiasGrad);
+  };
+  std::vector<Node> out, held;
+  out.reserve(g.nodes().size() + layers.size());
+  for (Node& n : g.nodes()) {
+    if (weight_grad(n)) {
+      held.push_back(std::move(n));
+      continue;
+    }
+    if (n.op != OpKind::kMoeToExpertsBwd) {
+      out.push_back(std::move(n));
+      continue;
+    }
+    n.attr<MoeExchangeAttrs>().deferred = true;
+    Node wait{.op = OpKind::kMoeExchangeWait,
+              .in = n.out,
+              .name = n.name + ".wait",
+              .phase = n.phase,
+              .layer = n.layer};
+    out.push_back(std::move(n));
+    for (Node& h : held) {
+      TESSERA_ASSERT(h.layer == wait.layer);
+      out.push_back(std::move(h));
+    }
+    held.clear();
+    out.push_back(std::move(wait));
+  }
+  TESSERA_ASSERT(held.empty());
+  g.set_nodes(std::move(out));
 }
 
 ExpertParallelTraffic expert_parallel_traffic(const Graph& g) {

@@ -30,7 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 
+#include "tessera/dist/communicator.h"
 #include "tessera/graph/graph.h"
 
 namespace tessera::graph {
@@ -44,6 +47,20 @@ struct ExpertParallel {
 // Rewrites `g` for the expert axis (a no-op at size 1). Throws kConfig naming the parameter or
 // node for what it does not build (experts not divisible by EP, the dense or capacity path).
 void shard_expert_parallel(Graph& g, const ExpertParallel& ep);
+
+// Overlaps the backward dispatch exchanges with compute: each moe_to_experts_bwd (the expert
+// rows' input gradients sent back to the ranks that dispatched them) becomes deferred, starting
+// its all-to-all, and is followed by its layer's expert weight gradients (the grouped matmuls'
+// .dw and the grouped bias gradients, which nothing after them in the pass reads and which read
+// nothing the exchange writes) and then a kMoeExchangeWait on its outputs, before their first
+// reader. The executor advances the exchange between those nodes. A no-op without exchanges.
+void overlap_expert_exchanges(Graph& g);
+
+// The all-to-alls in flight between a deferred exchange node and its wait, by the exchange's
+// first output; the executor owns one per plan.
+struct PendingExchanges {
+  std::map<ValueId, std::unique_ptr<dist::Communicator::Request>> requests;
+};
 
 // Rb, the receive buffer's rows for R = N * k dispatched rows of X experts over `ranks` ranks.
 int64_t ragged_buffer_rows(int64_t tokens, int64_t k, int64_t experts, int64_t ranks, double factor);
