@@ -80,13 +80,24 @@ struct NodeTotals {
   double optimizer_seconds = 0, optimizer_flops = 0, optimizer_bytes = 0;
   double tp_bytes = 0;  // tensor-parallel collectives of the graph's nodes, one pass
   int64_t tp_calls = 0;
+  // Each deferred expert exchange (sharding_expert.h, overlap_expert_exchanges): its rows' bytes
+  // and the compute time of the nodes between its start and its wait, which can hide it.
+  std::vector<std::pair<double, double>> deferred;  // (bytes, covering seconds)
 };
 
 NodeTotals node_totals(const graph::Graph& g, double flop_rate, double hbm_bytes_per_s) {
   NodeTotals t;
+  bool covering = false;  // between a deferred exchange and its wait
   for (const graph::Node& n : g.nodes()) {
     const double f = graph::node_flops(g, n), b = graph::node_bytes(g, n);
     const double s = std::max(f / flop_rate, b / hbm_bytes_per_s);
+    if (n.op == graph::OpKind::kMoeExchangeWait) covering = false;
+    if (covering) t.deferred.back().second += s;
+    if (n.op == graph::OpKind::kMoeToExpertsBwd && n.attr<graph::MoeExchangeAttrs>().deferred) {
+      const graph::Value& rows = g.value(n.out[0]);  // [R, E]: this rank's own rows come back
+      t.deferred.emplace_back(static_cast<double>(rows.shape.numel() * dtype_size(rows.dtype)), 0.0);
+      covering = true;
+    }
     if (n.phase == graph::Phase::kOptimizer) {
       t.optimizer_seconds += s;
       t.optimizer_flops += f;
@@ -120,7 +131,8 @@ std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, 
           "bandwidth"),
       std::string("FSDP gathers/reduce-scatters and data-parallel gradient reductions overlap the passes; "
                   "reductions after the last pass, ZeRO-1 gathers, tensor-parallel all-reduces and expert "
-                  "all-to-alls do not"),
+                  "all-to-alls do not, except each layer's backward dispatch, hidden behind that layer's "
+                  "expert weight gradients as far as they last"),
       std::string(
           "expert all-to-alls: balanced routing, so (EP-1)/EP of each exchange's rows leave the rank; a "
           "skewed step moves more and waits for its busiest rank"),
@@ -200,6 +212,7 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
   // whose balanced share (EP-1)/EP leaves the rank, and the per-expert counts' all-gathers.
   const graph::ExpertParallelTraffic ep = graph::expert_parallel_traffic(g);
   if (ep.all_to_alls > 0) {
+    const auto& deferred = n.deferred;
     const std::vector<MeshAxis> expert = {MeshAxis::kExpert};
     AxisTraffic& t = entry(expert, false);
     t.group = "expert (tokens)";
@@ -208,9 +221,12 @@ CostReport estimate_cost(const graph::PlanSpec& plan, const Config& cfg, const T
     t.all_to_all_bytes += G * ep.total();
     t.all_gather_bytes += G * ep.count_bytes;
     t.calls += static_cast<int64_t>(G) * (ep.all_to_alls + ep.count_gathers);
+    const double latency = link_latency(d.kind, link.crosses_nodes);
+    double hidden = 0;
+    for (const auto& [bytes, cover] : deferred)
+      hidden += std::min(bytes * (n - 1) / n / link.bytes_per_s + latency, cover);
     t.seconds += G * ((ep.total() * (n - 1) / n + ep.count_bytes * (n - 1) / n) / link.bytes_per_s +
-                      static_cast<double>(ep.all_to_alls + ep.count_gathers) *
-                          link_latency(d.kind, link.crosses_nodes));
+                      static_cast<double>(ep.all_to_alls + ep.count_gathers) * latency - hidden);
     r.expert_comm_seconds = t.seconds;
   }
   for (auto& [k, t] : by_group) r.traffic.push_back(t);
