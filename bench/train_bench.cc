@@ -1,7 +1,7 @@
 // Training throughput of a configured model: builds the Trainer from a config (default: the
 // llama-125m preset at batch 8 x 1024 tokens) and runs warm-up plus measured steps, then prints
 // the median step's model TFLOP/s, tokens/s and MFU as one JSON line per run. The peak used for
-// MFU is printed too, so a reference (tools/torch_llama_bench.py) can divide by the same number.
+// MFU is printed too, so a reference (tools/torch_train_bench.py) can divide by the same number.
 //
 //   build/train_bench [--warmup 2] [--steps 10] configs/base.yml model_name=llama-125m dtype=bfloat16 ...
 #include <fmt/format.h>

@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
-"""PyTorch reference for bench/train_bench: trains the same Llama as Tessera's llama-125m preset
-(emb 768, 12 layers, 12 heads, mlp 2048, vocab 32000, seq 1024, batch 8) with Hugging Face's
-LlamaForCausalLM and torch.optim.AdamW on random tokens, and prints one JSON line per precision:
-model TFLOP/s (MaxText's count, the same formula Tessera uses), tokens/s and MFU against the peak
-given on the command line (Tessera's calibrated peak, so both divide by the same number).
+"""PyTorch reference for bench/train_bench: trains the same model as one of Tessera's presets with
+Hugging Face transformers and torch.optim.AdamW on random tokens, and prints one JSON line per
+precision: model TFLOP/s (MaxText's count, the same formula Tessera uses), tokens/s and MFU against
+the peak given on the command line (Tessera's calibrated peak, so both divide by the same number).
 
-    python3 tools/torch_llama_bench.py --steps 10 --threads 2 --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
+  --model llama-125m   LlamaForCausalLM: emb 768, 12 layers, 12 heads, SwiGLU 2048, vocab 32000, untied
+  --model gpt2-124m    GPT2LMHeadModel: emb 768, 12 layers, 12 heads, GELU (tanh) 3072, vocab 50257,
+                       learned positions, biases, tied embeddings, no dropout
+
+    python3 tools/torch_train_bench.py --model gpt2-124m --steps 10 --threads 2 \
+        --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
 """
 import argparse
 import json
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 
-def model_flops(B, S, E, H, K, D, M, V, L):
-    ffn = 2 * B * S * M * E * 2 + 2 * B * S * M * E
+def model_flops(B, S, E, H, K, D, M, V, L, gated):
+    ffn = 2 * B * S * M * E * (3 if gated else 2)
     qkv = 2 * B * S * E * (H + 2 * K) * D
     proj = 2 * B * S * E * H * D
     attn = 2 * B * S * S * H * D
@@ -25,6 +29,7 @@ def model_flops(B, S, E, H, K, D, M, V, L):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["llama-125m", "gpt2-124m"], default="llama-125m")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
@@ -36,15 +41,23 @@ def main():
     ap.add_argument("--precisions", default="float32,bfloat16")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    E, H, K, D, M, V, L = 768, 12, 12, 64, 2048, 32000, a.layers
-    cfg = LlamaConfig(vocab_size=V, hidden_size=E, intermediate_size=M, num_hidden_layers=L,
-                      num_attention_heads=H, num_key_value_heads=K, head_dim=D,
-                      max_position_embeddings=a.seq, tie_word_embeddings=False)
+    if a.model == "gpt2-124m":
+        E, H, K, D, M, V, L = 768, 12, 12, 64, 3072, 50257, a.layers
+        cfg = GPT2Config(vocab_size=V, n_positions=a.seq, n_embd=E, n_layer=L, n_head=H, n_inner=M,
+                         activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+        make = GPT2LMHeadModel
+    else:
+        E, H, K, D, M, V, L = 768, 12, 12, 64, 2048, 32000, a.layers
+        cfg = LlamaConfig(vocab_size=V, hidden_size=E, intermediate_size=M, num_hidden_layers=L,
+                          num_attention_heads=H, num_key_value_heads=K, head_dim=D,
+                          max_position_embeddings=a.seq, tie_word_embeddings=False)
+        make = LlamaForCausalLM
     cfg._attn_implementation = "sdpa"
-    flops = model_flops(a.batch, a.seq, E, H, K, D, M, V, L)
+    flops = model_flops(a.batch, a.seq, E, H, K, D, M, V, L, gated=(a.model != "gpt2-124m"))
     for prec in a.precisions.split(","):
         torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).float()
+        model = make(cfg).float()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
         x = torch.randint(0, V, (a.batch, a.seq + 1))
         inputs, targets = x[:, :-1], x[:, 1:]
@@ -63,7 +76,7 @@ def main():
         times.sort()
         t = times[len(times) // 2]
         peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
-        print(json.dumps({"impl": "pytorch " + torch.__version__, "dtype": prec, "step_seconds": t,
+        print(json.dumps({"impl": "pytorch " + torch.__version__, "model": a.model, "dtype": prec, "step_seconds": t,
                           "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
                           "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
         del model, opt
