@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Training speed, Tessera against MaxText itself on JAX's CPU backend, on the same machine in one
 # run: MaxText's pre-training entry point and `tessera train` on the same model shape (the
-# llama-125m preset: emb 768, 12 layers, 12 heads, head_dim 64, mlp 2048, vocab 32000), batch,
-# sequence, dtype and remat policy, synthetic data, AdamW, no checkpoints. The two alternate case
-# by case over the rounds, so drift of the machine reaches both.
+# llama-125m preset: emb 768, 12 layers, 12 heads, head_dim 64, mlp 2048, vocab 32000; or, for a
+# case named moe-..., the gpt-oss-tiny preset: 4 layers of width 256, 4/2 heads of 64 with sinks,
+# 16 experts of 256, top-2, vocab 8192, which MaxText runs as its gpt-oss-20b block with those
+# sizes on its dense-matmul MoE path, sparse_matmul=false, as its grouped kernels need a TPU),
+# batch, sequence, dtype and remat policy, synthetic data, AdamW, no checkpoints. The two
+# alternate case by case over the rounds, so drift of the machine reaches both.
 #
 # Per run it reports the steady-state step time (the median of steps >= 2: MaxText logs step N
 # after dispatching step N+1, so its first two figures are not a step's time), both programs'
@@ -16,7 +19,7 @@
 #
 #   --setup    build the MaxText venv first (python3.12 -m venv; pip install 'maxtext[tpu]' 'jax[cpu]'),
 #              never part of the tests; MAXTEXT_VENV names it (default .venv-maxtext)
-#   cases      DTYPE-bBATCH-REMAT with DTYPE f32 or bf16; every case runs at max_target_length 1024
+#   cases      [moe-]DTYPE-bBATCH-REMAT with DTYPE f32 or bf16; every case runs at max_target_length 1024
 #
 # Each run is cut off after RUN_LIMIT_S seconds (default 1800) and reported as such.
 set -euo pipefail
@@ -68,6 +71,11 @@ trap 'rm -rf "$out"' EXIT
 MT_MODEL=(base_emb_dim=768 base_num_query_heads=12 base_num_kv_heads=12 base_mlp_dim=2048
   base_num_decoder_layers=12 head_dim=64 vocab_size=32000 logits_via_embedding=false enable_dropout=false)
 # (MaxText's defaults already are the llama2 decoder block, SwiGLU and RMSNorm.)
+# gpt-oss-tiny in MaxText's keys: its gpt-oss-20b block (sinks, YaRN, biases, clamped SwiGLU,
+# alternating sliding window) at Tessera's preset's sizes.
+MT_MOE=(model_name=gpt-oss-20b override_model_config=true base_emb_dim=256 base_num_query_heads=4
+  base_num_kv_heads=2 head_dim=64 base_mlp_dim=256 base_moe_mlp_dim=256 num_experts=16
+  num_experts_per_tok=2 base_num_decoder_layers=4 vocab_size=8192 sparse_matmul=false)
 
 # run NAME CMD...: runs CMD under /usr/bin/time with each output line stamped by its arrival time.
 run() {
@@ -126,7 +134,9 @@ echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; MaxTe
 declare -A tok_mt tok_ts
 for round in $(seq 1 "$ROUNDS"); do
   for case in $CASES; do
-    IFS=- read -r dt b remat <<< "$case"
+    mt_model=("${MT_MODEL[@]}") ts_model=llama-125m spec=$case
+    if [[ $case == moe-* ]]; then mt_model=("${MT_MOE[@]}") ts_model=gpt-oss-tiny spec=${case#moe-}; fi
+    IFS=- read -r dt b remat <<< "$spec"
     batch=${b#b}
     dtype=$([[ $dt == bf16 ]] && echo bfloat16 || echo float32)
     common_ts=("dtype=$dtype" weight_dtype=float32 "per_device_batch_size=$batch" "max_target_length=$SEQ"
@@ -134,7 +144,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "== round $round, $case: $dtype, batch $batch x $SEQ, remat_policy=$remat, $STEPS steps"
     name=mt-$case-$round
     if run "$name" env JAX_PLATFORMS=cpu "$PY" -m maxtext.trainers.pre_train.train "$MT_CONFIG" hardware=cpu \
-      skip_jax_distributed_system=true run_name="$name" base_output_directory="$out/runs" "${MT_MODEL[@]}" \
+      skip_jax_distributed_system=true run_name="$name" base_output_directory="$out/runs" "${mt_model[@]}" \
       "${common_ts[@]}" enable_tensorboard=false; then
       printf '   maxtext: '; s=$(summarise "$name" 2> "$out/$name.tok"); echo "$s"
       tok_mt[$case]="${tok_mt[$case]:-} $(sed -n 's/^TOKENS //p' "$out/$name.tok")"
@@ -143,7 +153,7 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
     name=ts-$case-$round
     if run "$name" "$BUILD_DIR/tessera" train configs/base.yml run_name="$name" base_output_directory="$out/runs" \
-      model_name=llama-125m "${common_ts[@]}" log_period=1 enable_tensorboard=false prompt=; then
+      "model_name=$ts_model" "${common_ts[@]}" log_period=1 enable_tensorboard=false prompt=; then
       printf '   tessera: '; s=$(summarise "$name" 2> "$out/$name.tok"); echo "$s"
       tok_ts[$case]="${tok_ts[$case]:-} $(sed -n 's/^TOKENS //p' "$out/$name.tok")"
     else
