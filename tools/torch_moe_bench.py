@@ -11,11 +11,11 @@ against the peak given on the command line (Tessera's calibrated peak of the sam
     python3 tools/torch_moe_bench.py --family mixtral --steps 4 --threads 2 --peak-f32 <GFLOP/s> --peak-bf16 <GFLOP/s>
 """
 import argparse
-import json
-import time
 
 import torch
 from transformers import GptOssConfig, GptOssForCausalLM, MixtralConfig, MixtralForCausalLM
+
+from torch_train_bench import run_precisions  # tools/, beside this file
 
 
 def model_flops(B, S, E, H, K, D, F, X, k, V, L, window=0):
@@ -60,31 +60,8 @@ def main():
                                             "rope_theta": 150000.0})
         cfg._attn_implementation = "eager"  # transformers' GPT-OSS sinks need the eager path
     flops = model_flops(a.batch, a.seq, E, H, K, D, F, X, k, V, L, W)
-    for prec in a.precisions.split(","):
-        torch.manual_seed(0)
-        model = (MixtralForCausalLM if a.family == "mixtral" else GptOssForCausalLM)(cfg).float()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-        x = torch.randint(0, V, (a.batch, a.seq + 1))
-        inputs, targets = x[:, :-1], x[:, 1:]
-        times = []
-        for step in range(a.warmup + a.steps):
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=(prec == "bfloat16")):
-                logits = model(input_ids=inputs).logits
-                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if step >= a.warmup:
-                times.append(time.perf_counter() - t0)
-        times.sort()
-        t = times[len(times) // 2]
-        peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
-        print(json.dumps({"impl": "pytorch " + torch.__version__, "family": a.family, "dtype": prec, "step_seconds": t,
-                          "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
-                          "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
-        del model, opt
+    family = MixtralForCausalLM if a.family == "mixtral" else GptOssForCausalLM
+    run_precisions(lambda: family(cfg), V, flops, a, {"family": a.family})
 
 
 if __name__ == "__main__":

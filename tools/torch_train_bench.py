@@ -27,6 +27,39 @@ def model_flops(B, S, E, H, K, D, M, V, L, gated):
     return 3 * (L * (ffn + qkv + proj + attn) + 2 * B * S * E * V)
 
 
+def run_precisions(make_model, V, flops, a, label):
+    """Trains a fresh make_model() in each of a.precisions (bf16: CPU autocast) on random tokens of a
+    V-word vocabulary, a.batch x a.seq per step, AdamW and clip 1.0, and prints one JSON line per
+    precision: the median of a.steps steps after a.warmup, with model TFLOP/s, tokens/s and MFU
+    from `flops` per step and the peaks a.peak_f32 / a.peak_bf16 (GFLOP/s). `label` joins the line.
+    tools/torch_moe_bench.py measures with it too."""
+    for prec in a.precisions.split(","):
+        torch.manual_seed(0)
+        model = make_model().float()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        x = torch.randint(0, V, (a.batch, a.seq + 1))
+        inputs, targets = x[:, :-1], x[:, 1:]
+        times = []
+        for step in range(a.warmup + a.steps):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=(prec == "bfloat16")):
+                logits = model(input_ids=inputs).logits
+                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step >= a.warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        t = times[len(times) // 2]
+        peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
+        print(json.dumps({"impl": "pytorch " + torch.__version__, **label, "dtype": prec, "step_seconds": t,
+                          "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
+                          "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
+        del model, opt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["llama-125m", "gpt2-124m"], default="llama-125m")
@@ -55,31 +88,7 @@ def main():
         make = LlamaForCausalLM
     cfg._attn_implementation = "sdpa"
     flops = model_flops(a.batch, a.seq, E, H, K, D, M, V, L, gated=(a.model != "gpt2-124m"))
-    for prec in a.precisions.split(","):
-        torch.manual_seed(0)
-        model = make(cfg).float()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-        x = torch.randint(0, V, (a.batch, a.seq + 1))
-        inputs, targets = x[:, :-1], x[:, 1:]
-        times = []
-        for step in range(a.warmup + a.steps):
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=(prec == "bfloat16")):
-                logits = model(input_ids=inputs).logits
-                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if step >= a.warmup:
-                times.append(time.perf_counter() - t0)
-        times.sort()
-        t = times[len(times) // 2]
-        peak = (a.peak_bf16 if prec == "bfloat16" else a.peak_f32) * 1e9
-        print(json.dumps({"impl": "pytorch " + torch.__version__, "model": a.model, "dtype": prec, "step_seconds": t,
-                          "tflops_per_device": flops / t / 1e12, "tokens_per_second": a.batch * a.seq / t,
-                          "mfu": flops / t / peak, "loss": float(loss.detach())}), flush=True)
-        del model, opt
+    run_precisions(lambda: make(cfg), V, flops, a, {"model": a.model})
 
 
 if __name__ == "__main__":
