@@ -4,6 +4,7 @@
 #include "tessera/core/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,8 +17,9 @@
 namespace tessera {
 namespace {
 
+// The file is named per process: TempDir() is /tmp, shared with whatever else runs there at once.
 std::filesystem::path write_file(const std::string& name, const std::string& header, size_t data_bytes) {
-  const auto path = std::filesystem::path(::testing::TempDir()) / name;
+  const auto path = std::filesystem::path(::testing::TempDir()) / (std::to_string(::getpid()) + "-" + name);
   std::string bytes(8, '\0');
   const uint64_t n = header.size();
   std::memcpy(bytes.data(), &n, 8);
@@ -45,6 +47,7 @@ void expect_io_error(const std::string& header, const std::string& says) {
     EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
   }
   EXPECT_EQ(mappings_of(path), 0) << "the refused file is still mapped";
+  std::filesystem::remove(path);
 }
 
 TEST(SafetensorsErrors, MalformedEntriesAreRefusedWithTheFileNamed) {
