@@ -114,7 +114,20 @@ ValueId Blocks::attention(ValueId x, const std::string& p) {
   } else {
     o = g_.attention(q, k, v, in_.segment_ids, a, p + "attention", sinks);
   }
-  return apply(wo, o, "out_proj");  // [N, E]
+  const bool last_layer = g_.layer() == s_.num_decoder_layers - 1;
+  if (in_.logit_rows != graph::kNoValue && last_layer && rows(o) > 1)
+    o = logit_row(o, p + "attention.logit_row");  // [1, H*D]: the other rows only fed the cache
+  return apply(wo, o, "out_proj");                // [N, E]
+}
+
+ValueId Blocks::residual(ValueId x, ValueId h, const std::string& name) {
+  if (rows(h) < rows(x)) x = logit_row(x, name + ".logit_row");
+  return g_.add(x, h, name);
+}
+
+ValueId Blocks::logit_row(ValueId x, const std::string& name) {
+  TESSERA_ASSERT(in_.logit_rows != graph::kNoValue);
+  return g_.embedding(x, in_.logit_rows, s_.dtype, name);
 }
 
 ValueId Blocks::mlp(ValueId x, const std::string& p) {
@@ -137,7 +150,7 @@ ValueId Blocks::mlp(ValueId x, const std::string& p) {
 
 ValueId Blocks::moe(ValueId x, const std::string& p) {
   const int64_t E = s_.emb_dim, F = s_.moe_mlp_dim, X = s_.num_experts, k = s_.num_experts_per_tok;
-  const int64_t N = s_.batch * s_.seq;
+  const int64_t N = rows(x);  // B*T, or 1 in a prefill's narrowed last layer
   const int act = static_cast<int>(ops::activation_from_name(s_.mlp_activation));
   TESSERA_ASSERT(s_.gated_mlp);  // the experts are gated MLPs
   ValueId gate = g_.param(p + "gate.kernel", Shape{E, X}, {"embed", "moe_router"});
@@ -155,8 +168,8 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
   }
   graph::MoeAttrs a{.experts = X,
                     .k = k,
-                    .batch = s_.batch,
-                    .seq = s_.seq,
+                    .batch = N == s_.batch * s_.seq ? s_.batch : 1,
+                    .seq = N == s_.batch * s_.seq ? s_.seq : N,
                     .dense = s_.moe_path == MoePath::kDense,
                     .lb_weight = s_.decoding() ? 0.0 : s_.load_balance_loss_weight};
   // Decoding drops no token (as Hugging Face's models): capacity dropping is a training choice.
@@ -206,8 +219,9 @@ ValueId Blocks::embed() {
 
 void Blocks::logits_and_loss(ValueId x) {
   TESSERA_ASSERT(embedding_ != graph::kNoValue);
-  if (in_.logit_rows != graph::kNoValue)  // a prefill chunk: only its last row's logits are used
-    x = g_.embedding(x, in_.logit_rows, s_.dtype, "decoder.logit_rows");  // [1, E]
+  // A prefill chunk: only its last row's logits are used (x is that row already when the last
+  // layer was narrowed).
+  if (in_.logit_rows != graph::kNoValue && rows(x) > 1) x = logit_row(x, "decoder.logit_rows");  // [1, E]
   // The logits are "decoder.logits": the product, or the last of the ops after it (the tied
   // logits divided by sqrt(E), the soft cap), the product then "decoder.logits_product".
   const bool normalize = s_.logits_via_embedding && s_.normalize_embedding_logits;

@@ -53,7 +53,12 @@ class Blocks {
   // spec.attention_bias / attention_out_bias), QK-norm when spec.qk_norm, RoPE when spec.rope,
   // GQA, the spec's sliding window. `p` ends with '.'. Decoding: against the layer's KV caches
   // `p`k_cache / v_cache (graph.h's cached_attention).
+  // A prefill chunk that wants its last row's logits only (spec.decode.last_row_logits) runs its
+  // last layer's output projection and everything after it on that row: the attention result is
+  // narrowed to the row before the projection, and residual() narrows the stream to match.
   graph::ValueId attention(graph::ValueId x, const std::string& p);
+  // The residual sum x + h; x is narrowed to the logit row first when attention() narrowed h.
+  graph::ValueId residual(graph::ValueId x, graph::ValueId h, const std::string& name);
   // x [N, E] -> [N, E]: gated act(x·Wi0) * (x·Wi1) · Wo when spec.gated_mlp, else act(x·Wi + bi)·Wo + bo
   // (biases when spec.mlp_bias).
   graph::ValueId mlp(graph::ValueId x, const std::string& p);
@@ -76,6 +81,10 @@ class Blocks {
   const ModelSpec& s_;
   DecoderInputs in_{};
   graph::ValueId embedding_ = graph::kNoValue;
+
+  int64_t rows(graph::ValueId x) const { return g_.value(x).shape[0]; }
+  // x [N, ...] -> its logit row [1, ...] (a row gather by in_.logit_rows).
+  graph::ValueId logit_row(graph::ValueId x, const std::string& name);
 };
 
 }  // namespace tessera::models

@@ -44,7 +44,7 @@ DecoderInputs build_gpt3(graph::Graph& g, const ModelSpec& s) {
     g.set_layer(static_cast<int>(l));
     const std::string p = fmt::format("decoder.layers_{}.", l);
     ValueId h = b.norm(x, p + "pre_self_attention_norm");
-    x = g.add(x, b.attention(h, p + "self_attention."), p + "attention_residual");
+    x = b.residual(x, b.attention(h, p + "self_attention."), p + "attention_residual");
     h = b.norm(x, p + "mlp_norm");
     x = g.add(x, b.mlp(h, p + "mlp."), p + "mlp_residual");
   }

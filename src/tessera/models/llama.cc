@@ -39,7 +39,7 @@ DecoderInputs build_pre_norm_decoder(graph::Graph& g, const ModelSpec& s, const 
     const std::string p = fmt::format("decoder.layers_{}.", l);
     ValueId h = b.attention(b.norm(x, p + names.pre_attention_norm), p + names.attention);
     if (s.post_attention_norm) h = b.norm(h, p + names.post_attention_norm);
-    x = g.add(x, h, p + "attention_residual");
+    x = b.residual(x, h, p + "attention_residual");
     h = b.norm(x, p + names.pre_mlp_norm);
     h = names.moe ? b.moe(h, p + names.mlp) : b.mlp(h, p + names.mlp);
     if (s.post_mlp_norm) h = b.norm(h, p + names.post_mlp_norm);
