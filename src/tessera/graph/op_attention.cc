@@ -163,7 +163,12 @@ double attention_bwd_flops(const Graph&, const Node& n) {
 
 // ---- cached attention (decoding): store each row's k, v in the KV cache, then attend ------------
 // in: q [M, H*D], k, v [M, K*D], k_cache, v_cache [S, T, K, D], positions [1, M], slots [M] [, sinks]
-// out: o [M, H*D], index [2, M] int32 (the kernel's slot and length per row: scratch)
+// out: o [M, H*D], index [2, M] int32 (the kernel's slot and length per row: scratch), lse [H, M]
+// f32 (scratch of the prompt path below)
+// A step whose rows are one slot's positions 0..M-1 (a prompt's first chunk) is causal attention
+// over those cache rows, which the tiled training kernel (ops/attention.h) computes at GEMM-like
+// speed; any other step (decode rows, a later chunk attending to earlier ones) runs the decoding
+// kernel (ops/decode_attention.h), one query row at a time against its slot's cache.
 
 std::vector<OutputSpec> cached_attention_infer(const Graph& g, const Node& n) {
   const AttentionAttrs& a = n.attr<AttentionAttrs>();
@@ -189,7 +194,15 @@ std::vector<OutputSpec> cached_attention_infer(const Graph& g, const Node& n) {
                           slots.dtype == DType::kI32,
                       "{}: positions and slots must be int32 with {} elements, got {} and {}", n.name, M,
                       pos.shape.str(), slots.shape.str());
-  return {{"", q.shape, q.dtype}, {".index", Shape{2, M}, DType::kI32}};
+  return {{"", q.shape, q.dtype}, {".index", Shape{2, M}, DType::kI32}, {".lse", Shape{H, M}, DType::kF32}};
+}
+
+// Whether rows [0, M) are positions 0..M-1 of one slot.
+bool fresh_prompt(const int32_t* pos, const int32_t* slot, int64_t M) {
+  if (M < 2 || slot[0] < 0) return false;
+  for (int64_t m = 0; m < M; ++m)
+    if (slot[m] != slot[0] || pos[m] != m) return false;
+  return true;
 }
 
 void cached_attention_run(const RunContext& c, const Node& n) {
@@ -219,9 +232,22 @@ void cached_attention_run(const RunContext& c, const Node& n) {
                 row_bytes);
     idx_slot[m] = slot[m], idx_len[m] = pos[m] + 1;
   }
+  const Tensor sinks = a.sinks ? c.in(n, n.in.size() - 1) : Tensor();
+  if (fresh_prompt(pos, slot, M)) {
+    const auto rows = [&](const Tensor& cache) {
+      return Tensor(static_cast<char*>(cache.data()) + static_cast<size_t>(slot[0] * T) * row_bytes,
+                    Shape{1, M, K, D}, cache.dtype());
+    };
+    ops::AttentionOptions o{
+        .scale = a.scale, .sliding_window = a.sliding_window, .logits_soft_cap = a.logits_soft_cap};
+    o.sinks = sinks;
+    ops::attention_fwd(q.reshape(Shape{1, M, H, D}), rows(kc), rows(vc), out.reshape(Shape{1, M, H, D}),
+                       c.out(n, 2).reshape(Shape{1, H, M}), o);
+    return;
+  }
   ops::DecodeAttentionOptions o{
       .scale = a.scale, .sliding_window = a.sliding_window, .logits_soft_cap = a.logits_soft_cap};
-  if (a.sinks) o.sinks = c.in(n, n.in.size() - 1);
+  o.sinks = sinks;
   ops::decode_attention(q.reshape(Shape{M, H, D}), kc, vc, index.slice0(0, 1).reshape(Shape{M}),
                         index.slice0(1, 2).reshape(Shape{M}), out.reshape(Shape{M, H, D}), o);
   if (padded)
