@@ -187,6 +187,36 @@ TEST(PlanSpec, NoTwoLiveValuesOverlap) {
       ASSERT_FALSE(pers[a].begin < pers[b].end && pers[b].begin < pers[a].end) << a << " and " << b;
 }
 
+// A prefill chunk's decoding plan: every residual sum of a full-width layer is its product
+// accumulating into the stream (fuse_residual_products), and the last layer runs its output
+// projection and MLP on the logit row only.
+TEST(PlanSpec, DecodingPlanFusesResidualsAndNarrowsTheLastLayer) {
+  models::ModelSpec s = tiny_spec(8);
+  s.decode = {.slots = 2, .max_length = 16, .last_row_logits = true};
+  graph::Graph built;
+  models::build_decoder(built, s);
+  const PlanSpec p(std::move(built), {.remat_policy = "none"});
+  const graph::Graph& g = p.graph();
+  int accumulating = 0, sums = 0;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op == graph::OpKind::kAdd) ++sums;
+    if (n.op != graph::OpKind::kMatmul) continue;
+    const graph::Value& out = g.value(n.out[0]);
+    if (n.attr<graph::MatmulAttrs>().accumulate) {
+      ++accumulating;
+      ASSERT_EQ(n.in.size(), 3u) << n.name;
+      EXPECT_EQ(out.alias_of, n.in[2]) << n.name;  // accumulates in place over the stream
+    }
+    const bool narrowed = n.layer == 2 && (n.name.find(".out") != std::string::npos ||
+                                           n.name.find(".mlp.") != std::string::npos);
+    EXPECT_EQ(out.shape[0], narrowed || n.layer < 0 ? 1 : 8) << n.name;
+  }
+  // Two sums per layer; the last layer's attention sum adds the gathered row after its product,
+  // so it stays a sum.
+  EXPECT_EQ(accumulating, 2 * 3 - 1);
+  EXPECT_EQ(sums, 1);
+}
+
 TEST(PlanSpec, FlopsByPhaseOfATinyGraphByHand) {
   // ids [N=4] -> embedding of table [V=16, E=8] -> x @ W [8, 16] -> cross-entropy.
   graph::Graph g;

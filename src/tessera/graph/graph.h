@@ -95,7 +95,7 @@ enum class OpKind {
   kEmbeddingBwd,       // in: dx [N,E], ids [N]                 out: dtable (accumulated)
   kRmsNorm,            // in: x [N,C], gamma [C]                out: y [N,C], rstd [N]
   kRmsNormBwd,         // in: dy, x, gamma, rstd                out: dx, dgamma (accumulated)
-  kMatmul,             // in: a, b                              out: c   (attrs.trans_a/b, accumulate)
+  kMatmul,             // in: a, b [, c's prior value]          out: c   (attrs.trans_a/b, accumulate)
   kRope,               // in: x [N,H*D], positions [B,T]        out: y
   kRopeBwd,            // in: dy, positions                     out: dx
   kAttention,          // in: q, k, v, segment_ids [, sinks]    out: o [N,H*D], lse [B,H,T]

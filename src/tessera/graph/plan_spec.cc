@@ -12,6 +12,7 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
+#include "tessera/graph/fuse_inference.h"
 #include "tessera/graph/memory_plan.h"
 #include "tessera/graph/op_table.h"
 #include "tessera/graph/sharding.h"
@@ -85,6 +86,7 @@ PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
   if (graph_.inference()) {
     TESSERA_CHECK(graph_.loss() == kNoValue && graph_.aux_losses().empty() && sharding_.world() == 1,
                   ErrorKind::kInternal, "an inference graph has no loss and runs on one device");
+    fuse_residual_products(graph_);
     first_opt_ = static_cast<int>(graph_.nodes().size());
   } else {
     dloss_ = append_backward(graph_, &daux_);
