@@ -1,5 +1,5 @@
 // Decoding benchmark: the small-M products of a decode step (ops::gemv against oneDNN's GEMM on
-// the same weights), then the Llama engine itself (infer/llama_engine.h) on a 125M-class and a
+// the same weights), then the engine itself (infer/engine.h) on a 125M-class and a
 // 1B-class model with random weights, in f32 and bf16, against the memory-bandwidth bound
 // measured in the same run:
 //
@@ -27,11 +27,8 @@
 // Triad: a[i] = b[i] + s c[i] over three 128 MiB f32 arrays (larger than the 260 MiB the VM
 // reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
 //
-// Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--engines llama,graph]
-//                     [--skip-gemv] [--skip-engine]
+// Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
 //   --quick    fewer tokens and repetitions (about a minute for the 125m model).
-//   --engines  the Llama engine (default) and/or the graph engine (infer/graph_engine.h), each
-//              row measured in turn; with both, a table of graph / llama ratios follows.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -50,7 +47,7 @@
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/sampling.h"
 #include "tessera/ops/attention.h"
 #include "tessera/ops/gemv.h"
@@ -67,7 +64,6 @@ struct Options {
   std::vector<std::string> dtypes = {"f32", "bf16"};
   bool gemv = true;
   bool engine = true;
-  std::vector<std::string> engines = {"llama"};  // llama_engine.h, graph_engine.h
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -207,7 +203,7 @@ class RandomParameters {
  public:
   explicit RandomParameters(const models::ModelSpec& spec) {
     int64_t most = 0;
-    for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {
+    for (const auto& [name, shape] : infer::parameter_shapes(spec)) {
       shapes_[name] = shape;
       most = std::max(most, shape.numel());
     }
@@ -235,7 +231,7 @@ class RandomParameters {
 };
 
 struct EngineRow {
-  std::string model, dtype, engine;
+  std::string model, dtype;
   double weight_gb = 0;
   double decode_tps = 0, bound_tps = 0;
   int64_t prefill_len = 0;
@@ -254,23 +250,20 @@ double decode_rate(infer::Engine& e, int slots, int steps, std::vector<float>& l
   return static_cast<double>(slots) * steps / seconds_since(t0);
 }
 
-EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt,
-                      const std::string& kind, double triad, const cpu::DevicePeak& peak) {
+EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt, double triad,
+                      const cpu::DevicePeak& peak) {
   const models::ModelSpec spec = model_spec(model, dtype_from_name(dt));
   const int64_t prefill_len = o.quick ? 64 : 256, prompt = 16;
   const int steps1 = o.quick ? 16 : 64, stepsb = o.quick ? 4 : 16;
-  EngineRow row{model, dt, kind};
+  EngineRow row{model, dt};
   row.prefill_len = prefill_len;
   RandomParameters params(spec);
   const auto t_load = Clock::now();
-  auto engine =
-      infer::make_engine(spec,
-                         {.max_slots = 32,
-                          .max_target_length = prefill_len + steps1 + 2,
-                          .max_prefill_length = prefill_len,
-                          .kind = kind == "graph" ? infer::EngineKind::kGraph : infer::EngineKind::kLlama},
-                         [&](const std::string& n) { return params(n); });
-  fmt::print(stderr, "{} {} {}: engine built in {:.1f} s\n", model, dt, kind, seconds_since(t_load));
+  auto engine = infer::make_engine(
+      spec,
+      {.max_slots = 32, .max_target_length = prefill_len + steps1 + 2, .max_prefill_length = prefill_len},
+      [&](const std::string& n) { return params(n); });
+  fmt::print(stderr, "{} {}: engine built in {:.1f} s\n", model, dt, seconds_since(t_load));
   const int64_t V = spec.vocab_size;
   std::vector<float> logits(static_cast<size_t>(32 * V));
   std::vector<int32_t> tokens(static_cast<size_t>(prefill_len), 3);
@@ -303,38 +296,19 @@ void engine_section(const Options& o, double triad) {
   fmt::print("peak (calibrated): f32 {:.0f} GFLOP/s, bf16 {:.0f} GFLOP/s; triad {:.1f} GB/s\n\n",
              peak.f32_flops / 1e9, peak.bf16_flops / 1e9, triad);
   fmt::print(
-      "| model | dtype | engine | weights GB/token | batch-1 tokens/s | bound tokens/s | % of bound | "
+      "| model | dtype | weights GB/token | batch-1 tokens/s | bound tokens/s | % of bound | "
       "prefill "
       "tokens | prefill tokens/s | prefill MFU | batch 8 tokens/s | batch 32 tokens/s |\n");
-  fmt::print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  std::vector<std::string> ratios;  // graph / llama, same model and dtype, when both ran
+  fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& m : o.models)
     for (const std::string& dt : o.dtypes) {
-      std::map<std::string, EngineRow> by_engine;
-      for (const std::string& kind : o.engines) {
-        const EngineRow r = engine_case(o, m, dt, kind, triad, peak);
-        fmt::print(
-            "| {} | {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {} | {:.1f} | {:.1f}% | {:.1f} | {:.1f} "
-            "|\n",
-            r.model, r.dtype, r.engine, r.weight_gb, r.decode_tps, r.bound_tps,
-            100 * r.decode_tps / r.bound_tps, r.prefill_len, r.prefill_tps, 100 * r.prefill_mfu, r.batch8_tps,
-            r.batch32_tps);
-        std::fflush(stdout);
-        by_engine[kind] = r;
-      }
-      if (by_engine.count("graph") && by_engine.count("llama")) {
-        const EngineRow &g = by_engine["graph"], &l = by_engine["llama"];
-        ratios.push_back(fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", m, dt,
-                                     g.decode_tps / l.decode_tps, g.prefill_tps / l.prefill_tps,
-                                     g.batch8_tps / l.batch8_tps, g.batch32_tps / l.batch32_tps));
-      }
+      const EngineRow r = engine_case(o, m, dt, triad, peak);
+      fmt::print(
+          "| {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {} | {:.1f} | {:.1f}% | {:.1f} | {:.1f} |\n",
+          r.model, r.dtype, r.weight_gb, r.decode_tps, r.bound_tps, 100 * r.decode_tps / r.bound_tps,
+          r.prefill_len, r.prefill_tps, 100 * r.prefill_mfu, r.batch8_tps, r.batch32_tps);
+      std::fflush(stdout);
     }
-  if (ratios.empty()) return;
-  fmt::print(
-      "\n### Graph engine / Llama engine, same run\n\n| model | dtype | batch 1 | prefill | batch 8 | batch "
-      "32 |\n");
-  fmt::print("| --- | --- | ---: | ---: | ---: | ---: |\n");
-  for (const std::string& r : ratios) fmt::print("{}\n", r);
 }
 
 // The Sampler on one row of a 128256-token vocabulary (Llama 3's), per strategy.
@@ -400,18 +374,10 @@ int main(int argc, char** argv) {
       o.models = tessera::split(argv[++i]);
     } else if (a == "--dtypes" && i + 1 < argc) {
       o.dtypes = tessera::split(argv[++i]);
-    } else if (a == "--engines" && i + 1 < argc) {
-      o.engines = tessera::split(argv[++i]);
-      for (const std::string& e : o.engines)
-        if (e != "llama" && e != "graph") {
-          std::fprintf(stderr, "decode_bench: --engines takes llama and graph, not '%s'\n", e.c_str());
-          return 2;
-        }
     } else {
-      std::fprintf(
-          stderr,
-          "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--engines llama,graph] "
-          "[--skip-gemv] [--skip-engine]\n");
+      std::fprintf(stderr,
+                   "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] "
+                   "[--skip-engine]\n");
       return 2;
     }
   }

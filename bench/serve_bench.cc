@@ -1,5 +1,5 @@
 // Serving benchmark: what continuous batching buys. The server's scheduler (infer/server/
-// scheduler.h) drives the real Llama engine with random weights; R requests arrive together, with
+// scheduler.h) drives the real engine with random weights; R requests arrive together, with
 // completions of four lengths (a quarter, half, three quarters and all of --new tokens, so that
 // slots free up at different steps and waiting requests take them), and the run is timed until
 // the last one ends. Each slot count S is measured in the same run; S = 1 (one request at a time)
@@ -26,7 +26,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/cpu_features.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/server/scheduler.h"
 #include "tessera/train/trainer.h"
 
@@ -160,7 +160,7 @@ int bench_main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const infer::ParameterSource params = [&](const std::string& name) {
     Shape shape;
-    for (const auto& [n, s] : infer::llama_parameter_shapes(spec))
+    for (const auto& [n, s] : infer::parameter_shapes(spec))
       if (n == name) shape = s;
     buf.resize(static_cast<size_t>(shape.numel()));
     for (float& x : buf) x = name.ends_with(".scale") ? 1.0f : normal(rng);

@@ -16,7 +16,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/train/trainer.h"
 #include "testing/process_util.h"
 
@@ -108,7 +108,7 @@ class DecodeCli : public ::testing::Test {
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     std::vector<std::vector<float>> data;
     std::vector<NamedTensor> tensors;
-    for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {
+    for (const auto& [name, shape] : infer::parameter_shapes(spec)) {
       std::vector<float>& d = data.emplace_back(static_cast<size_t>(shape.numel()));
       for (float& v : d) v = name.ends_with(".scale") ? 1.0f : u(rng);
       tensors.push_back({name, Tensor(d.data(), shape, DType::kF32)});
@@ -128,7 +128,7 @@ class DecodeCli : public ::testing::Test {
     const models::ModelSpec spec = models::model_spec_from_config(cfg);
     std::vector<std::vector<float>> data;
     std::vector<NamedTensor> tensors;
-    for (const auto& [name, shape] : infer::llama_parameter_shapes(spec)) {
+    for (const auto& [name, shape] : infer::parameter_shapes(spec)) {
       std::vector<float>& d = data.emplace_back(static_cast<size_t>(shape.numel()), 0.0f);
       if (name == "token_embedder.embedding" || name.ends_with(".scale")) std::fill(d.begin(), d.end(), 1.0f);
       if (name == "decoder.logits_dense.kernel")  // [E, V]

@@ -1,20 +1,22 @@
-// The Llama engine against the training graph's forward pass: for a sequence of T tokens, the
-// logits the engine returns from prefill (the last prompt row) and from each decode step equal the
-// logits a full forward of the training Plan (models/llama.cc, forward only, no cache) computes at
-// that position. Covered: GQA (4 query / 2 kv heads), a sliding window, tied embeddings, Llama 3.1
-// RoPE scaling, a prompt long enough for the oneDNN chunks, several slots of different lengths
+// The engine (infer/engine.h) on the Llama family against the training graph's forward pass: for a
+// sequence of T tokens, the logits the engine returns from prefill (the last prompt row) and from each decode
+// step equal the logits a full forward of the training Plan (models/llama.cc, forward only, no cache)
+// computes at that position. Covered: GQA (4 query / 2 kv heads), a sliding window, tied embeddings,
+// Llama 3.1 RoPE scaling, a prompt long enough for the oneDNN chunks, several slots of different lengths
 // decoding together (bitwise equal to decoding them one at a time), slot reuse after release, a
 // full slot, and argument errors. Both ISA builds run.
 //
 // Tolerances. float32: the engine and the Plan compute the same functions with different
 // summation orders (gemv's lanes against oneDNN's blocks, decode attention against the flash
-// kernel, one fused residual add); logits of this model are O(1) and each is a chain of a few
+// kernel, residual adds folded into the products); logits of this model are O(1) and each is a chain of a few
 // dozen f32 reductions of length <= 101, so they agree to 1e-5 relative (observed ~1e-6).
 // bfloat16: both round every activation to 8 significant bits, at some different points (the
 // engine rounds x + o·Woᵀ once, the Plan rounds o·Woᵀ and then the sum; logits are f32 in the
 // engine and rounded to bf16 in the Plan). Each rounding is 2^-8 relative; through 2 layers about
 // ten such differences reach a logit, so the bound is 10 x 2^-8 of the row's largest |logit|,
 // plus the Plan's own final rounding, 2^-8 |logit|.
+#include "tessera/infer/engine.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,7 +31,6 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
-#include "tessera/infer/llama_engine.h"
 #include "tessera/train/trainer.h"
 
 // Counts the allocations made through operator new while g_count_allocations is set (the engine
@@ -91,7 +92,7 @@ const std::vector<Variant>& variants() {
   return v;
 }
 
-TEST(LlamaEngine, CachedDecodingMatchesFullForwardFloat32) {
+TEST(Engine, CachedDecodingMatchesFullForwardFloat32) {
   testing::for_each_isa([] {
     for (const Variant& var : variants()) {
       SCOPED_TRACE(var.name);
@@ -107,7 +108,7 @@ TEST(LlamaEngine, CachedDecodingMatchesFullForwardFloat32) {
   });
 }
 
-TEST(LlamaEngine, CachedDecodingMatchesFullForwardBfloat16) {
+TEST(Engine, CachedDecodingMatchesFullForwardBfloat16) {
   for (const Variant& var : variants()) {
     SCOPED_TRACE(var.name);
     models::ModelSpec spec = tiny_spec(DType::kBF16);
@@ -120,8 +121,9 @@ TEST(LlamaEngine, CachedDecodingMatchesFullForwardBfloat16) {
   }
 }
 
-// 70 prompt tokens: one 64-row oneDNN chunk and 6 rows through gemv.
-TEST(LlamaEngine, LongPromptUsesGemmChunks) {
+// 70 prompt tokens: a 64-row chunk through oneDNN and the tiled attention, then chunks of 4 and 2
+// rows through gemv attending to the cache.
+TEST(Engine, LongPromptUsesGemmChunks) {
   models::ModelSpec spec = tiny_spec(DType::kF32);
   constexpr int64_t T = 74;
   Reference ref(spec, T, 9);
@@ -133,7 +135,7 @@ TEST(LlamaEngine, LongPromptUsesGemmChunks) {
 // Three slots at different lengths step together; the same steps one slot at a time on a second
 // engine give bitwise the same logits (each row's sums run in the same order either way), and
 // every row matches its own sequence's full forward. Slot 1 is then released and reused.
-TEST(LlamaEngine, BatchedSlotsEqualOneAtATimeAndReuse) {
+TEST(Engine, BatchedSlotsEqualOneAtATimeAndReuse) {
   models::ModelSpec spec = tiny_spec(DType::kF32);
   spec.sliding_window = 5;
   constexpr int64_t T = 12;
@@ -185,7 +187,7 @@ int64_t kind_of(const std::function<void()>& f) {
   return -1;
 }
 
-TEST(LlamaEngine, RefusesBadCallsAndFullSlots) {
+TEST(Engine, RefusesBadCallsAndFullSlots) {
   models::ModelSpec spec = tiny_spec(DType::kF32);
   Reference ref(spec, 4, 3);
   auto engine = infer::make_engine(spec, {.max_slots = 2, .max_target_length = 4, .max_prefill_length = 3},
@@ -229,7 +231,7 @@ TEST(LlamaEngine, RefusesBadCallsAndFullSlots) {
 
 // Once built, the engine allocates nothing in prefill and decode (prompts under 64 tokens: longer
 // ones go through oneDNN, whose execute makes small allocations of its own, see onednn_matmul.h).
-TEST(LlamaEngine, StepsDoNotAllocate) {
+TEST(Engine, StepsDoNotAllocate) {
   models::ModelSpec spec = tiny_spec(DType::kBF16);
   Reference ref(spec, 40, 3);
   auto engine = infer::make_engine(spec, {.max_slots = 3, .max_target_length = 40, .max_prefill_length = 30},
@@ -253,11 +255,11 @@ TEST(LlamaEngine, StepsDoNotAllocate) {
 }
 
 // The parameter list the engine asks for is the training graph's, names and shapes.
-TEST(LlamaEngine, ParameterListIsTheTrainingGraphs) {
+TEST(Engine, ParameterListIsTheTrainingGraphs) {
   for (bool tied : {false, true}) {
     models::ModelSpec spec = tiny_spec(DType::kF32);
     spec.logits_via_embedding = tied;
-    const auto shapes = infer::llama_parameter_shapes(spec);
+    const auto shapes = infer::parameter_shapes(spec);
     EXPECT_EQ(static_cast<int64_t>(shapes.size()), 2 + 9 * spec.num_decoder_layers + (tied ? 0 : 1));
     int64_t total = 0;
     for (const auto& [name, shape] : shapes) total += shape.numel();
@@ -268,8 +270,8 @@ TEST(LlamaEngine, ParameterListIsTheTrainingGraphs) {
 
 // make_engine(cfg): the same model from a config and a bare parameter file gives the in-memory
 // engine's logits bit for bit; an empty path, a missing file and files of another model are
-// refused with the error kinds llama_engine.h promises.
-TEST(LlamaEngine, LoadsParameterFilesAndRefusesOtherModels) {
+// refused with the error kinds engine.h promises.
+TEST(Engine, LoadsParameterFilesAndRefusesOtherModels) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("tessera_engine_load_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tessera/graph/executor.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
 #include "testing/op_test_util.h"

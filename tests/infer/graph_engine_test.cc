@@ -1,24 +1,24 @@
-// The graph engine (infer/graph_engine.h) against the training graph's full forward pass, for every
+// The engine (infer/engine.h, graph_engine.cc) against the training graph's full forward pass, for every
 // family: the logits of prefill (the last prompt row) and of each decode step equal those the
 // training Plan computes at that position (engine_util.h's check_sequence). Families: Llama (GQA,
 // sliding window, tied, Llama 3.1 RoPE), GPT-2 (LayerNorm, learned positions, biases, plain GELU
 // MLP), Qwen 3 (QK-norm), Mixtral (MoE, sliding window) and GPT-OSS (MoE with biases and the clamped
 // SwiGLU, sinks, alternating sliding/full layers, YaRN). Also: prompts of several chunk sizes (the
-// binary digits of the length), several slots decoding together with padding rows, the Llama engine
-// and the graph engine agreeing, and argument errors.
+// binary digits of the length), several slots decoding together with padding rows, and argument
+// errors.
 //
 // Tolerances: engine_test.cc's (float32 1e-5 of the row's largest |logit|; bfloat16 10 x 2^-8 of
-// it plus 2^-8 of the logit). The graph engine runs the training graph's ops on fewer rows, with
-// decode attention in place of the flash kernel: the same functions, other summation orders. MoE
+// it plus 2^-8 of the logit). The engine runs the training graph's ops on fewer rows, with
+// decode attention in place of the flash kernel after a prompt's first chunk and the residual sums
+// folded into their products: the same functions, other summation orders and (bf16) roundings. MoE
 // routing could flip on a near-tie between the k-th and (k+1)-th expert; with these seeds no token
 // is near one (a flip would move a logit by far more than the bound and fail loudly).
-#include "tessera/infer/graph_engine.h"
-
 #include <gtest/gtest.h>
 
 #include "infer/engine_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/infer/engine.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera {
@@ -89,10 +89,7 @@ const std::vector<Family>& families() {
 }
 
 infer::EngineOptions graph_options(int slots, int64_t T, int64_t prefill) {
-  return {.max_slots = slots,
-          .max_target_length = T,
-          .max_prefill_length = prefill,
-          .kind = infer::EngineKind::kGraph};
+  return {.max_slots = slots, .max_target_length = T, .max_prefill_length = prefill};
 }
 
 // Random norm scales and biases (the reference sets scales away from 1; biases start at 0, which
@@ -114,7 +111,7 @@ TEST(GraphEngine, EveryFamilyMatchesTheFullForwardFloat32) {
       Reference ref(spec, T, 7);
       randomise_biases(ref, 8);
       ref.refresh();
-      auto engine = infer::make_graph_engine(spec, graph_options(2, T, 7), ref.source());
+      auto engine = infer::make_engine(spec, graph_options(2, T, 7), ref.source());
       check_sequence(*engine, ref, spec, 1, random_tokens(T, spec.vocab_size, 1), 7);  // chunks 4, 2, 1
       check_sequence(*engine, ref, spec, 0, random_tokens(T, spec.vocab_size, 2), 1);
     }
@@ -129,41 +126,8 @@ TEST(GraphEngine, EveryFamilyMatchesTheFullForwardBfloat16) {
     Reference ref(spec, T, 7);
     randomise_biases(ref, 9);
     ref.refresh();
-    auto engine = infer::make_graph_engine(spec, graph_options(1, T, 6), ref.source());
+    auto engine = infer::make_engine(spec, graph_options(1, T, 6), ref.source());
     check_sequence(*engine, ref, spec, 0, random_tokens(T, spec.vocab_size, 3), 6);
-  }
-}
-
-// make_engine picks the Llama engine for the Llama family and the graph engine for the others; on
-// Llama both agree.
-TEST(GraphEngine, AgreesWithTheLlamaEngine) {
-  const models::ModelSpec spec = testing::tiny_spec(DType::kF32);
-  constexpr int64_t T = 11;
-  Reference ref(spec, T, 3);
-  infer::EngineOptions o = graph_options(1, T, 5);
-  auto graph_engine = infer::make_engine(spec, o, ref.source());
-  o.kind = infer::EngineKind::kLlama;
-  auto llama_engine = infer::make_engine(spec, o, ref.source());
-  const std::vector<int32_t> seq = random_tokens(T, spec.vocab_size, 4);
-  std::vector<float> a(static_cast<size_t>(spec.vocab_size)), b(a.size());
-  graph_engine->prefill(0, std::span(seq.data(), 5), a);
-  llama_engine->prefill(0, std::span(seq.data(), 5), b);
-  EXPECT_TRUE(logits_match(a, std::vector<double>(b.begin(), b.end()), DType::kF32));
-  for (size_t t = 5; t < seq.size(); ++t) {
-    const int slot[] = {0};
-    graph_engine->decode(slot, std::span(&seq[t], 1), a);
-    llama_engine->decode(slot, std::span(&seq[t], 1), b);
-    EXPECT_TRUE(logits_match(a, std::vector<double>(b.begin(), b.end()), DType::kF32)) << t;
-  }
-  o.kind = infer::EngineKind::kLlama;
-  const models::ModelSpec moe = families()[3].spec(DType::kF32);
-  Reference moe_ref(moe, T, 3);
-  try {
-    infer::make_engine(moe, o, moe_ref.source());
-    ADD_FAILURE() << "the Llama engine built a mixture of experts";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("decoder_block 'mixtral'"), std::string::npos) << e.what();
   }
 }
 
@@ -176,7 +140,7 @@ TEST(GraphEngine, SlotsDecodeTogetherWithPaddingRows) {
   Reference ref(spec, T, 5);
   randomise_biases(ref, 6);
   ref.refresh();
-  auto engine = infer::make_graph_engine(spec, graph_options(3, T, 6), ref.source());
+  auto engine = infer::make_engine(spec, graph_options(3, T, 6), ref.source());
   const int64_t prompt[] = {2, 6, 3};
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::vector<std::vector<double>>> want;
@@ -208,7 +172,7 @@ TEST(GraphEngine, SlotsDecodeTogetherWithPaddingRows) {
 TEST(GraphEngine, RefusesBadCalls) {
   const models::ModelSpec spec = families()[3].spec(DType::kF32);
   Reference ref(spec, 4, 3);
-  auto engine = infer::make_graph_engine(spec, graph_options(2, 4, 3), ref.source());
+  auto engine = infer::make_engine(spec, graph_options(2, 4, 3), ref.source());
   std::vector<float> logits(static_cast<size_t>(2 * spec.vocab_size));
   auto kind = [](const std::function<void()>& f) {
     try {
@@ -230,9 +194,9 @@ TEST(GraphEngine, RefusesBadCalls) {
   const int zero[] = {0};
   engine->decode(zero, std::span(two, 1), logits);
   EXPECT_EQ(kind([&] { engine->decode(zero, std::span(two, 1), logits); }), ErrorKind::kShape);  // full
-  EXPECT_EQ(kind([&] { infer::make_graph_engine(spec, graph_options(0, 4, 3), ref.source()); }),
+  EXPECT_EQ(kind([&] { infer::make_engine(spec, graph_options(0, 4, 3), ref.source()); }),
             ErrorKind::kConfig);
-  EXPECT_EQ(kind([&] { infer::make_graph_engine(spec, graph_options(1, 4, 5), ref.source()); }),
+  EXPECT_EQ(kind([&] { infer::make_engine(spec, graph_options(1, 4, 5), ref.source()); }),
             ErrorKind::kConfig);
 }
 

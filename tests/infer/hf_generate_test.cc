@@ -16,8 +16,8 @@
 
 #include "tessera/convert/hf_tensors.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/generate.h"
-#include "tessera/infer/llama_engine.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {

@@ -14,7 +14,7 @@
 #include "tessera/graph/executor.h"
 #include "tessera/graph/plan.h"
 #include "tessera/infer/generate.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/models/blocks.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"

@@ -23,8 +23,8 @@
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/generate.h"
-#include "tessera/infer/llama_engine.h"
 
 namespace tessera::cli {
 

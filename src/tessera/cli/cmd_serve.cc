@@ -17,7 +17,7 @@
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/sampling.h"
 #include "tessera/infer/server/http.h"
 #include "tessera/infer/server/scheduler.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/generate.h"
-#include "tessera/infer/llama_engine.h"
 
 namespace tessera::cli {
 

@@ -1,5 +1,5 @@
 // A short sample from a model in training, for the end of a run: the continuation of a prompt by
-// the decoding engine (infer/llama_engine.h: the trained parameters, a KV cache, one slot), up to
+// the decoding engine (infer/engine.h: the trained parameters, a KV cache, one slot), up to
 // max_new_tokens or max_target_length positions. In a job of several ranks the parameters are
 // sharded, so every rank instead runs full forward passes of the training plan (no cache) and the
 // tensor ranks gather the logits. `tessera decode` is the tool for real generation from a checkpoint.

@@ -89,7 +89,7 @@ void matmul_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 
 // Inference graphs (decoding) take products of fewer rows than this through gemv (ops/gemv.h), which
 // streams a weight stored [out, in] at the memory bandwidth; oneDNN's GEMM is the faster above
-// (bench/decode_bench.cc; the Llama engine splits at the same size).
+// (bench/decode_bench.cc).
 constexpr int64_t kGemvRows = 64;
 
 void matmul_run(const RunContext& c, const Node& n) {

@@ -6,13 +6,21 @@
 // two decode() calls of the others (continuous batching), and release() frees a finished one.
 //
 // Engine is the interface the decode command, the server and the tests share; make_engine()
-// (llama_engine.h) builds the CPU implementation for the Llama family from a config.
+// builds the CPU implementation (graph_engine.cc: the model's own graph, planned for decoding) for
+// every family, from a config or from parameters in memory.
 // Not thread-safe: one thread drives an Engine (the server's scheduler thread).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "tessera/config/config.h"
+#include "tessera/core/tensor.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera::infer {
@@ -22,7 +30,7 @@ class Engine {
   virtual ~Engine() = default;
 
   virtual const models::ModelSpec& spec() const = 0;
-  // For logs: "llama" (llama_engine.h) or "graph" (graph_engine.h).
+  // For logs: "graph" (graph_engine.cc).
   virtual const char* name() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int max_slots() const = 0;
@@ -47,5 +55,31 @@ class Engine {
   // Frees `slot` (its length becomes 0).
   virtual void release(int slot) = 0;
 };
+
+struct EngineOptions {
+  int max_slots = 1;               // sequences in flight
+  int64_t max_target_length = 0;   // 0: the config's max_target_length
+  int64_t max_prefill_length = 0;  // 0: the config's max_prefill_predict_length
+};
+
+// Builds the engine for cfg's model and loads its parameters from cfg.load_parameters_path (a
+// Tessera checkpoint folder, verified, or a safetensors file of Tessera parameter names). Throws
+// kConfig when load_parameters_path is empty or names another model, kIo when it cannot be read.
+std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& options);
+
+// The parameters the engine reads, by Tessera name, with their shapes as a checkpoint stores them
+// (kernels [in, out]): the training graph's list (models/decoder.h), for any family.
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const models::ModelSpec& spec);
+
+// A parameter by Tessera name: an f32 tensor of its checkpoint shape, read before the next call.
+using ParameterSource = std::function<Tensor(const std::string& name)>;
+
+// The same engine with its parameters from memory (tests, benchmarks, a caller that holds them):
+// `params` is asked once for each name of parameter_shapes(spec). spec.dtype is the compute
+// dtype (f32 or bf16); spec.batch and spec.seq are ignored. The options' lengths must be set
+// (> 0). Throws kConfig for options or a spec the engine does not build, kShape for a tensor of
+// the wrong shape or dtype.
+std::unique_ptr<Engine> make_engine(const models::ModelSpec& spec, const EngineOptions& options,
+                                    const ParameterSource& params);
 
 }  // namespace tessera::infer

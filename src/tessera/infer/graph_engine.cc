@@ -1,6 +1,26 @@
-// The graph engine (graph_engine.h): the model's own graph, planned for decoding.
-#include "tessera/infer/graph_engine.h"
-
+// The Engine (engine.h): the model definition itself decodes, for every family of
+// models/decoder.h, through inference plans of the same graph builder the trainer uses
+// (ModelSpec::decode), with the KV cache as graph values (graph.h's cached_attention).
+//
+// Plans: one per step size, sharing one arena of parameters and KV caches and one of activations
+// (graph/workspace.h's SharedArenas), as only one runs at a time:
+//   prefill  chunks of 1, 2, 4, ... rows up to max_prefill_length, logits of the last row only: a
+//            prompt of P tokens runs as the chunks of P's binary digits, largest first (each row
+//            attends to its slot's cache, so a chunk sees the chunks before it; the first chunk
+//            attends with the tiled causal kernel, and the last layer after its attention runs on
+//            the logit row only);
+//   decode   1, 2, 4, ... rows up to the smallest power of two >= max_slots, logits of every row;
+//            a step of M slots runs the smallest plan of at least M rows, the rest padding (slot -1:
+//            no cache write, zero output).
+// Weights are laid out for decoding at load time: kernels [out, in] (Value::transposed), so that
+// products of fewer than 64 rows stream them through gemv (ops/gemv.h) and larger ones go to
+// oneDNN; residual sums are the accumulate of their products (graph/fuse_inference.h).
+// Parameters are read into the plans' f32 masters and converted to the compute dtype once.
+// Logits come out of the graph in the compute dtype and are widened to f32.
+// After the constructor nothing allocates: it runs every plan once (oneDNN primitives, the
+// attention kernels' per-thread scratch), then frees the slots.
+//
+// Left out: tensor parallelism and expert parallelism (an EP checkpoint decodes on one process).
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -11,6 +31,7 @@
 #include "tessera/core/error.h"
 #include "tessera/graph/executor.h"
 #include "tessera/graph/plan.h"
+#include "tessera/infer/engine.h"
 #include "tessera/infer/slot_engine.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
@@ -54,6 +75,9 @@ class GraphEngine final : public SlotEngine {
   models::ModelSpec step_spec(int64_t rows, bool last_row) const;
   // Runs `p` on its filled inputs and widens logits rows [0, n) into `out`.
   void run(StepPlan& p, int64_t n, float* out);
+  // Runs every plan once on token 0 (prefill rows in slot 0; decode rows one per slot), so that
+  // what the kernels allocate on first use exists before the first request; the slots stay free.
+  void warm_up();
 
   Arena model_state_, activations_;
   std::vector<StepPlan> prefill_, decode_;  // by rows 1, 2, 4, ...
@@ -147,6 +171,24 @@ GraphEngine::GraphEngine(const models::ModelSpec& spec, const EngineOptions& opt
       std::memcpy(first.state(id).data(), src.data(), src.nbytes());
   }
   models::sync_compute_copies(first);
+  warm_up();
+}
+
+void GraphEngine::warm_up() {
+  for (auto* plans : {&prefill_, &decode_})
+    for (StepPlan& p : *plans) {
+      const bool prefill = plans == &prefill_;
+      auto* tok = p.plan->view(p.in.tokens).ptr<int32_t>();
+      auto* pos = p.plan->view(p.in.positions).ptr<int32_t>();
+      auto* slots = p.plan->view(p.in.slots).ptr<int32_t>();
+      for (int64_t i = 0; i < p.rows; ++i) {
+        tok[i] = 0;
+        pos[i] = prefill ? static_cast<int32_t>(i) : 0;
+        slots[i] = prefill ? 0 : (i < options_.max_slots ? static_cast<int32_t>(i) : -1);
+      }
+      if (prefill) p.plan->view(p.in.logit_rows).ptr<int32_t>()[0] = static_cast<int32_t>(p.rows - 1);
+      p.exec->infer();
+    }
 }
 
 void GraphEngine::run(StepPlan& p, int64_t n, float* out) {
@@ -205,7 +247,7 @@ void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> to
   for (int64_t i = 0; i < M; ++i) ++length_[static_cast<size_t>(slots[static_cast<size_t>(i)])];
 }
 
-void check_graph_buildable(const models::ModelSpec& s, const EngineOptions& o) {
+void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
   if (s.dtype != DType::kF32 && s.dtype != DType::kBF16)
     fail(ErrorKind::kConfig, "dtype {}: the engine computes in float32 or bfloat16", dtype_name(s.dtype));
   if (s.head_dim < 1 || s.head_dim > 256)
@@ -221,9 +263,22 @@ void check_graph_buildable(const models::ModelSpec& s, const EngineOptions& o) {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_graph_engine(const models::ModelSpec& spec, const EngineOptions& options,
-                                          const ParameterSource& params) {
-  check_graph_buildable(spec, options);
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const models::ModelSpec& spec) {
+  // The training graph's parameter list (models/decoder.h), built for one token: the engine reads
+  // exactly what training writes.
+  models::ModelSpec one = spec;
+  one.batch = 1;
+  one.seq = 1;
+  graph::Graph g;
+  models::build_decoder(g, one);
+  std::vector<std::pair<std::string, Shape>> out;
+  for (graph::ValueId id : g.params()) out.emplace_back(g.value(id).name, g.value(id).shape);
+  return out;
+}
+
+std::unique_ptr<Engine> make_engine(const models::ModelSpec& spec, const EngineOptions& options,
+                                    const ParameterSource& params) {
+  check_buildable(spec, options);
   return std::make_unique<GraphEngine>(spec, options, params);
 }
 

@@ -1,4 +1,4 @@
-// The engines' shared slot bookkeeping and argument checks (slot_engine.h).
+// The engine's slot bookkeeping and argument checks (slot_engine.h).
 #include "tessera/infer/slot_engine.h"
 
 #include "tessera/core/error.h"

@@ -1,13 +1,12 @@
-// What the CPU engines (llama_engine.h, graph_engine.h) share: the slots' lengths, the Engine
-// accessors, and the argument checks of prefill and decode with their messages (engine.h's
-// contract). An engine derives from it and runs the model.
+// What an Engine implementation (graph_engine.cc) keeps apart from its model: the slots'
+// lengths, the Engine accessors, and the argument checks of prefill and decode with their
+// messages (engine.h's contract). An engine derives from it and runs the model.
 #pragma once
 
 #include <span>
 #include <vector>
 
 #include "tessera/infer/engine.h"
-#include "tessera/infer/llama_engine.h"
 
 namespace tessera::infer {
 

@@ -89,7 +89,7 @@ struct ModelSpec {
   int64_t batch = 0;  // B: sequences per device per micro-step
   int64_t seq = 0;    // T: max_target_length
 
-  // Decoding (infer/graph_engine.h): the blocks build an inference graph of one engine step over
+  // Decoding (infer/graph_engine.cc): the blocks build an inference graph of one engine step over
   // seq rows (batch 1), each a token of a sequence in a KV-cache slot, against caches of `slots`
   // sequences of `max_length` positions. rows() == 0: the training graph.
   struct Decode {

@@ -1,4 +1,4 @@
-// make_engine(cfg, options) (llama_engine.h): the model from the config, its parameters from
+// make_engine(cfg, options) (engine.h): the model from the config, its parameters from
 // load_parameters_path, checked against the model before anything is copied.
 //
 // The checks are those of a parameters-only restore (checkpoint/checkpoint.h): a folder is verified
@@ -14,7 +14,7 @@
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
-#include "tessera/infer/llama_engine.h"
+#include "tessera/infer/engine.h"
 #include "tessera/models/model_spec.h"
 
 namespace tessera::infer {
@@ -76,7 +76,7 @@ std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& opti
     fail(ErrorKind::kConfig, "max_prefill_predict_length={} must be at most max_target_length={}",
          o.max_prefill_length, o.max_target_length);
   const std::unique_ptr<checkpoint::WholeParameters> file = open_parameters(cfg.load_parameters_path);
-  check_parameters(*file, llama_parameter_shapes(spec));
+  check_parameters(*file, parameter_shapes(spec));
   return make_engine(spec, o, [&](const std::string& name) { return file->get(name); });
 }
 
