@@ -122,14 +122,19 @@ TEST(Engine, CachedDecodingMatchesFullForwardBfloat16) {
 }
 
 // 70 prompt tokens: a 64-row chunk through oneDNN and the tiled attention, then chunks of 4 and 2
-// rows through gemv attending to the cache.
+// rows through gemv attending to the cache; with a sliding window of 16 the first chunk's rows see
+// only part of it.
 TEST(Engine, LongPromptUsesGemmChunks) {
-  models::ModelSpec spec = tiny_spec(DType::kF32);
-  constexpr int64_t T = 74;
-  Reference ref(spec, T, 9);
-  auto engine = infer::make_engine(spec, {.max_slots = 1, .max_target_length = T, .max_prefill_length = 70},
-                                   ref.source());
-  check_sequence(*engine, ref, spec, 0, random_tokens(T, spec.vocab_size, 4), 70);
+  for (int64_t window : {0, 16}) {
+    SCOPED_TRACE(window);
+    models::ModelSpec spec = tiny_spec(DType::kF32);
+    spec.sliding_window = window;
+    constexpr int64_t T = 74;
+    Reference ref(spec, T, 9);
+    auto engine = infer::make_engine(spec, {.max_slots = 1, .max_target_length = T, .max_prefill_length = 70},
+                                     ref.source());
+    check_sequence(*engine, ref, spec, 0, random_tokens(T, spec.vocab_size, 4), 70);
+  }
 }
 
 // Three slots at different lengths step together; the same steps one slot at a time on a second
