@@ -168,8 +168,8 @@ ValueId Blocks::moe(ValueId x, const std::string& p) {
   }
   graph::MoeAttrs a{.experts = X,
                     .k = k,
-                    .batch = N == s_.batch * s_.seq ? s_.batch : 1,
-                    .seq = N == s_.batch * s_.seq ? s_.seq : N,
+                    .batch = s_.decoding() ? 1 : s_.batch,  // decoding: one row of N tokens
+                    .seq = s_.decoding() ? N : s_.seq,
                     .dense = s_.moe_path == MoePath::kDense,
                     .lb_weight = s_.decoding() ? 0.0 : s_.load_balance_loss_weight};
   // Decoding drops no token (as Hugging Face's models): capacity dropping is a training choice.
