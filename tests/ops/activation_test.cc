@@ -102,6 +102,29 @@ TEST(SimdMath, ExpWithinStatedBound) {
   });
 }
 
+// The AVX-512 build's kExp is simd_avx512.h's exp_ps on registers, which the bf16 loops use; it
+// must equal exp_f32 (what the AVX2 build runs, with the same fused multiply-adds) bit for bit.
+TEST(SimdMath, ExpOnRegistersEqualsTheScalarFormulaBitForBit) {
+  if (!isa_supported(Isa::kAvx2) || !isa_supported(Isa::kAvx512)) GTEST_SKIP() << "needs AVX2 and AVX-512";
+  const std::vector<float> x = [] {
+    std::vector<float> v = sweep(-110.0f, 90.0f);
+    v.insert(v.end(), {INFINITY, -INFINITY, NAN, 88.73f, -104.0f, -103.9f, -87.3f, 0.0f, -0.0f});
+    return v;
+  }();
+  const Isa before = active_isa();
+  set_active_isa(Isa::kAvx2);
+  const std::vector<float> want = apply(cpu::MathFn::kExp, x);
+  set_active_isa(Isa::kAvx512);
+  const std::vector<float> got = apply(cpu::MathFn::kExp, x);
+  set_active_isa(before);
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
+      if (differ++ < 5) ADD_FAILURE() << "exp(" << x[i] << "): AVX-512 " << got[i] << ", AVX2 " << want[i];
+    }
+  EXPECT_EQ(differ, 0) << "of " << x.size() << " points";
+}
+
 TEST(SimdMath, TanhWithinStatedBound) {
   auto x = make_sweep(-30.0f, 30.0f, tanh_d);
   testing::for_each_isa([&] {
