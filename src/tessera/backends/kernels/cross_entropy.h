@@ -21,8 +21,9 @@ struct CrossEntropyRows {
 
 struct CrossEntropyKernels {
   // y[i] = exp(x[i]) by the Cephes-style polynomial of cross_entropy_kernels.inc: maximum relative
-  // error 1e-7 (1.4 ulp measured) for x in [-87.3, 88.3]; 0 below that range (where exp(x) < FLT_MIN),
-  // +inf above; NaN stays NaN. Exposed for tests and for ops that need a vector exp.
+  // error 1e-7 (1.4 ulp measured) for x in [-87.3, 88.3]; below that range (where exp(x) < FLT_MIN)
+  // 0, or on the AVX-512 build the subnormal result (simd_avx512.h's exp_ps); +inf above; NaN
+  // stays NaN. Exposed for tests and for ops that need a vector exp.
   void (*exp_f32)(const float* x, float* y, int64_t n);
   // Per row n: lse[n] = log sum_v exp(logits[n, v]) (always, ignored rows included);
   // loss[n] = lse[n] - logits[n, t] + z * lse[n]^2 for t = targets[n] >= 0, and 0 when t < 0.
