@@ -139,6 +139,8 @@ void bench_dtype(DType dt, const Options& o, std::vector<Row>& rows) {
       [&] { ops::rmsnorm_bwd(x, gamma, rstd, dy, dx, dgamma); });
   add("layernorm_fwd", ops::layernorm_fwd_bytes(kN, kC, dt, true), 2 * act,
       [&] { ops::layernorm_fwd(x, gamma, beta, 1e-5f, y, mean, rstd); });
+  add("layernorm_bwd", ops::layernorm_bwd_bytes(kN, kC, dt, true), 3 * act,
+      [&] { ops::layernorm_bwd(x, gamma, mean, rstd, dy, dx, dgamma, dbeta); });
   add("rope_fwd (rotate_half)", ops::rope_bytes(kN, kH, kD, dt, kT), 2 * act,
       [&] { ops::rope_fwd(xr, positions, table, ops::RopeLayout::kRotateHalf, yr); });
   add("swiglu_fwd", ops::glu_fwd_bytes(kN, kF, dt), 3 * big,
