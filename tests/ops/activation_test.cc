@@ -343,7 +343,9 @@ TEST(Activation, TanhGeluReferenceIsTheTextbookFormula) {
 
 TEST(Glu, MatchesReference) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    for (auto [n, f] : {std::pair<int64_t, int64_t>{1, 1}, {7, 3}, {67, 130}, {3, 4099}, {67, 521}}) {
+    // Widths whose last vector is partial, shorter and longer than 16 lanes (29, 50).
+    for (auto [n, f] :
+         {std::pair<int64_t, int64_t>{1, 1}, {7, 3}, {67, 130}, {3, 4099}, {67, 521}, {5, 29}, {9, 50}}) {
       OwnedTensor gate(Shape{n, f}, dt), up(Shape{n, f}, dt), dout(Shape{n, f}, dt), out(Shape{n, f}, dt),
           dgate(Shape{n, f}, dt), dup(Shape{n, f}, dt);
       auto g = testing::fill_uniform(gate, 21 + n, -6, 6);

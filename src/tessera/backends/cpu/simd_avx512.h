@@ -57,6 +57,43 @@ inline void store_bf16(uint16_t* p, __m512 v, __mmask16 m) {
   _mm256_mask_storeu_epi16(p, m, to_bf16(v));
 }
 
+// 32 bf16 values as two f32 registers without a widening move: the 32-bit lane i holds elements
+// 2i (low half) and 2i + 1 (high half), so a shift gives the even elements and a mask the odd
+// ones. For elementwise loops, whose lanes are independent, this halves the conversion work; the
+// store puts the elements back in order.
+constexpr int64_t kPairLanes = 32;
+struct Bf16Pair {
+  __m512 even, odd;
+};
+inline Bf16Pair split_bf16(__m512i v) {
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+          _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u))))};
+}
+inline Bf16Pair load_bf16_pair(const uint16_t* p) {
+  return split_bf16(_mm512_loadu_si512(p));
+}
+// The first n (< 32) values; the others read as +0.
+inline Bf16Pair load_bf16_pair(const uint16_t* p, __mmask32 m) {
+  return split_bf16(_mm512_maskz_loadu_epi16(m, p));
+}
+inline __mmask32 first_pair_lanes(int64_t n) {
+  return static_cast<__mmask32>((uint64_t{1} << n) - 1u);
+}
+// Rounds both halves (vcvtne2ps2bf16: the even elements land in bf16 lanes 0-15, the odd ones in
+// 16-31) and interleaves them back into element order with one vpermw.
+inline __m512i join_bf16(const Bf16Pair& v) {
+  const __m512i packed = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v.odd, v.even));
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                         22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, packed);
+}
+inline void store_bf16_pair(uint16_t* p, const Bf16Pair& v) {
+  _mm512_storeu_si512(p, join_bf16(v));
+}
+inline void store_bf16_pair(uint16_t* p, const Bf16Pair& v, __mmask32 m) {
+  _mm512_mask_storeu_epi16(p, m, join_bf16(v));
+}
+
 // exp_f32 of simd_math.h on 16 lanes, operation for operation: the same clamp, reduction and
 // polynomial with the same fused multiply-adds, so every lane equals exp_f32 bit for bit. The
 // scaling by 2^n is one vscalefps, which rounds p * 2^n once, as exp_f32's two exact-range
