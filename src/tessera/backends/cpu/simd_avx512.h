@@ -1,5 +1,6 @@
 // AVX-512 intrinsics shared by the AVX-512 build's hand-written bf16 loops: bf16 loads and stores
-// on 16 lanes, and simd_math.h's exp_f32 on a register. Included only where __AVX512F__ and
+// on 16 lanes (or 32 as even and odd halves), and simd_math.h's exp_f32 and the sigmoid on a register.
+// Included only where __AVX512F__ and
 // __AVX512BF16__ are defined (the *_avx512.cc builds); the other builds keep the plain loops.
 //
 // Why: a bf16 loop written in plain C++ converts f32 to bf16 with the integer rounding of
@@ -35,6 +36,10 @@ namespace {
 constexpr int64_t kLanes = 16;
 inline __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
+}
+// The lanes of the register starting at element i of an array of n that lie inside it.
+inline __mmask16 lanes_from(int64_t i, int64_t n) {
+  return n - i >= kLanes ? static_cast<__mmask16>(0xffff) : first_lanes(n - i);
 }
 
 // bf16 -> f32 is exact: the 16 bits become the top half of the float.
@@ -114,6 +119,12 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
+}
+
+// sigmoid(x) = 1 / (1 + exp(-x)) as the plain loops compute it (an IEEE division).
+inline __m512 sigmoid_ps(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
 }  // namespace
