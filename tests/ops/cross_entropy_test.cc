@@ -1,7 +1,8 @@
 // Softmax cross-entropy: the polynomial exp against exp in double; forward and backward against the
 // double reference for f32 and bf16 logits on awkward vocabularies (1, 5, 4099, and one row of
 // 32000), with ignored targets, z-loss, masked chunks, in-place backward; the reference's gradients
-// against central finite differences; the mean helper; errors for bad targets and shapes.
+// against central finite differences; the two in one call (training's) against both; the mean
+// helper; errors for bad targets and shapes.
 #include "tessera/ops/cross_entropy.h"
 
 #include <gtest/gtest.h>
@@ -135,6 +136,23 @@ void check_case(const Case& c, uint64_t seed) {
     std::memcpy(inplace.t.data(), logits.t.data(), logits.t.nbytes());
     ops::cross_entropy_backward(inplace, targets, lse, dloss, inplace, c.z_loss);
     EXPECT_EQ(std::memcmp(inplace.t.data(), dlogits.t.data(), dlogits.t.nbytes()), 0);
+
+    // Both in one call: the forward's loss and lse bit for bit (same sums in the same order), the
+    // gradient within the same bounds (its exp is scaled by a factor per chunk: one more rounding,
+    // inside the 4 eps), and in place equal to out of place.
+    OwnedTensor loss2(Shape{c.n}, DType::kF32), lse2(Shape{c.n}, DType::kF32);
+    std::memcpy(inplace.t.data(), logits.t.data(), logits.t.nbytes());
+    ops::cross_entropy_forward_backward(logits, targets, dloss, loss2, lse2, dlogits, c.z_loss);
+    EXPECT_EQ(std::memcmp(lse2.t.data(), lse.t.data(), lse.t.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(loss2.t.data(), loss.t.data(), loss.t.nbytes()), 0);
+    EXPECT_TRUE(testing::all_close(testing::to_vector(dlogits), dx_ref, d_rtol, d_f32));
+    for (int64_t i = 0; i < c.n; ++i)
+      if (tg[i] < 0) {
+        for (int64_t v = 0; v < c.vocab; ++v)
+          ASSERT_EQ(testing::get(dlogits, i * c.vocab + v), 0.0) << "ignored row " << i;
+      }
+    ops::cross_entropy_forward_backward(inplace, targets, dloss, loss2, lse2, inplace, c.z_loss);
+    EXPECT_EQ(std::memcmp(inplace.t.data(), dlogits.t.data(), dlogits.t.nbytes()), 0);
   });
 }
 
@@ -178,6 +196,10 @@ TEST(CrossEntropy, Bf16BackwardIsRoundedF32Backward) {
     ops::cross_entropy_backward(xf, targets, lse, dloss, df, 0.01f);
     for (int64_t i = 0; i < n * vocab; ++i)
       ASSERT_EQ(db.t.ptr<uint16_t>()[i], f32_to_bf16(df.t.ptr<float>()[i])) << "at " << i;
+    ops::cross_entropy_forward_backward(xb, targets, dloss, loss, lse, db, 0.01f);
+    ops::cross_entropy_forward_backward(xf, targets, dloss, loss, lse, df, 0.01f);
+    for (int64_t i = 0; i < n * vocab; ++i)
+      ASSERT_EQ(db.t.ptr<uint16_t>()[i], f32_to_bf16(df.t.ptr<float>()[i])) << "fused, at " << i;
   });
 }
 
@@ -228,10 +250,23 @@ TEST(CrossEntropy, OnlineMaxAcrossChunks) {
   targets.t.ptr<int32_t>()[1] = tg[1];
   std::vector<double> loss_ref, lse_ref;
   ops::cross_entropy_forward_ref(x, tg, vocab, 0.0, loss_ref, lse_ref);
+  const std::vector<double> g = {1.0, 0.5};
+  std::vector<double> dx_ref;
+  ops::cross_entropy_backward_ref(x, tg, vocab, 0.0, g, dx_ref);
+  OwnedTensor dloss(Shape{2}, DType::kF32), dlogits(Shape{2, vocab}, DType::kF32);
+  dloss.t.ptr<float>()[0] = 1.0f;
+  dloss.t.ptr<float>()[1] = 0.5f;
   testing::for_each_isa([&] {
     ops::cross_entropy_forward(logits, targets, loss, lse);
     EXPECT_TRUE(testing::all_close(testing::to_vector(lse), lse_ref, 2 * kEpsF32, lse_atol(vocab)));
     EXPECT_TRUE(testing::all_close(testing::to_vector(loss), loss_ref, 0, lse_atol(vocab) + 40 * kEpsF32));
+    // In one call, the chunks' exps are scaled by factors that change as the max rises, and the
+    // masked chunk's gradient is 0.
+    ops::cross_entropy_forward_backward(logits, targets, dloss, loss, lse, dlogits);
+    EXPECT_TRUE(testing::all_close(testing::to_vector(loss), loss_ref, 0, lse_atol(vocab) + 40 * kEpsF32));
+    const double d = lse_atol(vocab) + kExpMaxRelErr + 40 * kEpsF32;
+    EXPECT_TRUE(testing::all_close(testing::to_vector(dlogits), dx_ref, d, d));
+    for (int64_t v = 0; v < 2048; ++v) ASSERT_EQ(dlogits.t.ptr<float>()[vocab + v], 0.0f) << v;
   });
 }
 
@@ -298,6 +333,15 @@ TEST(CrossEntropy, NanPropagates) {
       ops::cross_entropy_backward(logits, targets, lse, dloss, dlogits);
       for (int64_t v = 0; v < vocab; ++v)
         ASSERT_TRUE(std::isnan(testing::get(dlogits, 2 * vocab + v))) << dtype_name(dt) << " at " << v;
+      // In one call: the same NaN rows, and NaN gradients for every row that has one.
+      ops::cross_entropy_forward_backward(logits, targets, dloss, loss, lse, dlogits);
+      for (int64_t r = 0; r < 2; ++r) {
+        EXPECT_TRUE(std::isnan(lse.t.ptr<float>()[r])) << dtype_name(dt) << " fused row " << r;
+        EXPECT_TRUE(std::isnan(loss.t.ptr<float>()[r])) << dtype_name(dt) << " fused row " << r;
+      }
+      for (int64_t r = 1; r < 3; ++r)
+        for (int64_t v = 0; v < vocab; ++v)
+          ASSERT_TRUE(std::isnan(testing::get(dlogits, r * vocab + v))) << dtype_name(dt) << " row " << r;
     });
   }
 }
@@ -322,6 +366,7 @@ TEST(CrossEntropy, NoRows) {
       lse(Shape{0}, DType::kF32);
   ops::cross_entropy_forward(logits, targets, loss, lse);
   ops::cross_entropy_backward(logits, targets, lse, loss, logits);
+  ops::cross_entropy_forward_backward(logits, targets, loss, loss, lse, logits);
   EXPECT_EQ(ops::cross_entropy_mean(loss, targets).count, 0);
 }
 
@@ -343,6 +388,8 @@ TEST(CrossEntropy, RejectsBadArguments) {
   EXPECT_THROW(ops::cross_entropy_forward(logits, targets, bad, lse), Error);
   OwnedTensor bf(Shape{3, 10}, DType::kBF16), dloss(Shape{3}, DType::kF32);
   EXPECT_THROW(ops::cross_entropy_backward(logits, targets, lse, dloss, bf), Error);  // dtype differs
+  EXPECT_THROW(ops::cross_entropy_forward_backward(logits, targets, dloss, loss, lse, bf), Error);
+  EXPECT_THROW(ops::cross_entropy_forward_backward(logits, targets, bad, loss, lse, logits), Error);
 }
 
 }  // namespace

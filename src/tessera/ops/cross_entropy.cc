@@ -39,6 +39,17 @@ backends::CrossEntropyRows check_rows(const char* op, const Tensor& logits, cons
   return {logits.data(), logits.dtype() == DType::kBF16, tg, n, vocab, z_loss};
 }
 
+// dlogits: contiguous, the logits' shape and dtype, and the logits themselves or apart from them.
+void check_dlogits(const char* op, const Tensor& logits, const Tensor& dlogits) {
+  TESSERA_CHECK_SHAPE(
+      dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
+      "{}: dlogits must be a contiguous {} like the logits, got {}", op, logits.str(), dlogits.str());
+  const char* l0 = static_cast<const char*>(logits.data());
+  const char* d0 = static_cast<const char*>(dlogits.data());
+  TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
+                      "{}: dlogits overlaps the logits without being the same tensor", op);
+}
+
 }  // namespace
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& lse,
@@ -51,17 +62,19 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& dloss, const Tensor& dlogits, float z_loss) {
   auto rows =
       check_rows("cross_entropy_backward", logits, targets, z_loss, {{"lse", &lse}, {"dloss", &dloss}});
-  TESSERA_CHECK_SHAPE(
-      dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
-      "cross_entropy_backward: dlogits must be a contiguous {} like the logits, got {}", logits.str(),
-      dlogits.str());
-  // In place is allowed (dlogits.data() == logits.data()); a partial overlap is not.
-  const char* l0 = static_cast<const char*>(logits.data());
-  const char* d0 = static_cast<const char*>(dlogits.data());
-  TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
-                      "cross_entropy_backward: dlogits overlaps the logits without being the same tensor");
+  check_dlogits("cross_entropy_backward", logits, dlogits);
   backends::kernels_for(logits).cross_entropy->backward(rows, lse.ptr<float>(), dloss.ptr<float>(),
                                                         dlogits.data());
+}
+
+void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
+                                    const Tensor& loss, const Tensor& lse, const Tensor& dlogits,
+                                    float z_loss) {
+  auto rows = check_rows("cross_entropy_forward_backward", logits, targets, z_loss,
+                         {{"dloss", &dloss}, {"loss", &loss}, {"lse", &lse}});
+  check_dlogits("cross_entropy_forward_backward", logits, dlogits);
+  backends::kernels_for(logits).cross_entropy->forward_backward(rows, dloss.ptr<float>(), loss.ptr<float>(),
+                                                                lse.ptr<float>(), dlogits.data());
 }
 
 MeanLoss cross_entropy_mean(const Tensor& loss, const Tensor& targets) {
@@ -90,6 +103,13 @@ CrossEntropyCost cross_entropy_backward_cost(int64_t n, int64_t vocab, DType log
   const double elems = static_cast<double>(n) * static_cast<double>(vocab);
   return {3.0 * elems,
           2.0 * elems * static_cast<double>(dtype_size(logits_dtype)) + 12.0 * static_cast<double>(n)};
+}
+
+// Both passes' traffic in one: the logits read once, dlogits written once; the exp counted once.
+CrossEntropyCost cross_entropy_forward_backward_cost(int64_t n, int64_t vocab, DType logits_dtype) {
+  const double elems = static_cast<double>(n) * static_cast<double>(vocab);
+  return {5.0 * elems,
+          2.0 * elems * static_cast<double>(dtype_size(logits_dtype)) + 16.0 * static_cast<double>(n)};
 }
 
 void cross_entropy_forward_ref(const std::vector<double>& logits, const std::vector<int32_t>& targets,

@@ -8,7 +8,8 @@
 //
 // z is MaxText's z_loss_multiplier (0 disables it): it pulls log Z towards 0 and costs one multiply.
 // The forward pass reads each row once (online max and sum-exp over chunks of 2048 columns); the
-// backward pass rebuilds the softmax from lse and may overwrite the logits (in place). A row whose
+// backward pass rebuilds the softmax from lse and may overwrite the logits (in place). Training
+// runs the two as one call (cross_entropy_forward_backward), which keeps each row's exps. A row whose
 // logits are all -inf has no softmax: its lse is -inf and its loss NaN.
 // Left out: label smoothing, per-token weights other than the ignore mask, and the reduction to a
 // mean, which cross_entropy_mean does on the host in double.
@@ -31,6 +32,13 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             const Tensor& dloss, const Tensor& dlogits, float z_loss = 0.0f);
 
+// Forward and backward in one call, for when dloss is known before the forward runs (in training it
+// is the gradient's seed): the same loss, lse and dlogits as the two calls above (dlogits may be the
+// logits), with each logit's exp computed once instead of twice and the row read from memory once.
+void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
+                                    const Tensor& loss, const Tensor& lse, const Tensor& dlogits,
+                                    float z_loss = 0.0f);
+
 // Mean of loss over the tokens whose target is not ignored, summed in double; mean is 0 when every
 // target is ignored (count 0).
 struct MeanLoss {
@@ -47,6 +55,7 @@ struct CrossEntropyCost {
 };
 CrossEntropyCost cross_entropy_forward_cost(int64_t n, int64_t vocab, DType logits_dtype);
 CrossEntropyCost cross_entropy_backward_cost(int64_t n, int64_t vocab, DType logits_dtype);
+CrossEntropyCost cross_entropy_forward_backward_cost(int64_t n, int64_t vocab, DType logits_dtype);
 
 // Scalar references in double (for tests): same contract as the ops above, all arrays row-major.
 void cross_entropy_forward_ref(const std::vector<double>& logits, const std::vector<int32_t>& targets,

@@ -103,11 +103,13 @@ inline void store_bf16_pair(uint16_t* p, const Bf16Pair& v, __mmask32 m) {
 // polynomial with the same fused multiply-adds, so every lane equals exp_f32 bit for bit. The
 // scaling by 2^n is one vscalefps, which rounds p * 2^n once, as exp_f32's two exact-range
 // factors do (the first product is exact; the second rounds once, into the subnormals if need be).
+// kBelow88: the caller promises x <= 88.73 (or NaN), and the upper clamp is left out.
+template <bool kBelow88 = false>
 inline __m512 exp_ps(__m512 x) {
   const __m512 round = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23
   // max/min return their second operand when either is NaN: a NaN lane passes through.
   __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-  xc = _mm512_min_ps(_mm512_set1_ps(88.73f), xc);
+  if constexpr (!kBelow88) xc = _mm512_min_ps(_mm512_set1_ps(88.73f), xc);
   const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), round), round);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);

@@ -31,5 +31,10 @@ struct CrossEntropyKernels {
   // dlogits[n, v] = dloss[n] * ((1 + 2 z lse[n]) * exp(logits[n, v] - lse[n]) - [v == t]), and 0 for
   // the whole row when t < 0. dlogits has the logits' dtype and may be the logits (in place).
   void (*backward)(const CrossEntropyRows& rows, const float* lse, const float* dloss, void* dlogits);
+  // forward then backward in one visit per row, for when dloss is known before the forward runs
+  // (training, where it is the gradient's seed): the same loss, lse and dlogits, each logit's exp
+  // computed once. dlogits may be the logits (in place).
+  void (*forward_backward)(const CrossEntropyRows& rows, const float* dloss, float* loss, float* lse,
+                           void* dlogits);
 };
 }  // namespace tessera::backends
