@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tessera/config/config.h"
@@ -234,6 +235,37 @@ TEST(PlanSpec, FlopsByPhaseOfATinyGraphByHand) {
   EXPECT_DOUBLE_EQ(p.flops().optimizer, 0);
   EXPECT_DOUBLE_EQ(p.flops().model_training(), 3 * mm);  // the embedding lookup counts 0
   EXPECT_EQ(p.num_params(), 16 * 8 + 8 * 16);
+}
+
+// Training's loss and its gradient are one forward node (kCrossEntropyGrad) that writes dlogits
+// over the logits; they stay two nodes when a node between them reads the logits.
+TEST(PlanSpec, TrainingRunsTheLossAndItsGradientAsOneNode) {
+  for (bool read_later : {false, true}) {
+    graph::Graph g;
+    const graph::ValueId ids = g.input("ids", Shape{4}, DType::kI32);
+    const graph::ValueId targets = g.input("targets", Shape{4}, DType::kI32);
+    const graph::ValueId table = g.param("table", Shape{16, 8}, {"vocab", "embed"});
+    const graph::ValueId w = g.param("w", Shape{8, 16}, {"embed", "vocab"});
+    const graph::ValueId logits = g.matmul(g.embedding(table, ids, DType::kF32, "embed"), w, "logits");
+    g.set_loss(g.cross_entropy(logits, targets, 0.0f, "loss"));
+    if (read_later) g.scale(logits, 2.0f, "reads_the_logits");
+    const PlanSpec p(std::move(g), {.remat_policy = "none"});
+    std::map<graph::OpKind, int> count;
+    for (const graph::Node& n : p.graph().nodes()) ++count[n.op];
+    SCOPED_TRACE(read_later ? "logits read after the loss" : "logits read by the loss only");
+    EXPECT_EQ(count[graph::OpKind::kCrossEntropyGrad], read_later ? 0 : 1);
+    EXPECT_EQ(count[graph::OpKind::kCrossEntropy], read_later ? 1 : 0);
+    EXPECT_EQ(count[graph::OpKind::kCrossEntropyBwd], read_later ? 1 : 0);
+    if (read_later) continue;
+    const graph::Node& ce = p.graph().nodes()[p.graph().value(p.graph().loss()).producer];
+    ASSERT_EQ(ce.op, graph::OpKind::kCrossEntropyGrad);
+    EXPECT_EQ(ce.phase, graph::Phase::kForward);
+    ASSERT_EQ(ce.in.size(), 3u);
+    EXPECT_EQ(ce.in[2], p.dloss());
+    ASSERT_EQ(ce.out.size(), 3u);
+    EXPECT_EQ(p.graph().value(ce.out[2]).alias_of, logits);
+    EXPECT_EQ(p.graph().value(ce.out[2]).producer, p.graph().value(p.graph().loss()).producer);
+  }
 }
 
 TEST(PlanSpec, FlopsByPhaseOfTheTinyLlamaByHand) {

@@ -113,6 +113,38 @@ void unalias_inputs_read_later(Graph& g) {
   }
 }
 
+// The loss's cross_entropy node and its backward as one forward node (kCrossEntropyGrad): the seed
+// dloss is an input filled before the step, so the forward can write the gradient as it reads each
+// row and compute every logit's exp once (the backward alone computes each a second time). Left as
+// two nodes when a node between them reads the logits' buffer, which the gradient would have
+// overwritten by then, or when anything but the backward reads lse.
+void fuse_loss_gradient(Graph& g, ValueId dloss) {
+  const std::vector<Node>& nodes = g.nodes();
+  const int fi = g.value(g.loss()).producer;
+  if (fi < 0 || nodes[fi].op != OpKind::kCrossEntropy) return;
+  const ValueId logits = nodes[fi].in[0], lse = nodes[fi].out[1];
+  int bi = -1;
+  for (int i = fi + 1; i < static_cast<int>(nodes.size()); ++i) {
+    const bool reads_lse = std::find(nodes[i].in.begin(), nodes[i].in.end(), lse) != nodes[i].in.end();
+    if (!reads_lse) continue;
+    if (bi >= 0 || nodes[i].op != OpKind::kCrossEntropyBwd) return;
+    bi = i;
+  }
+  if (bi < 0 || nodes[bi].in[3] != dloss) return;
+  const ValueId dlogits = nodes[bi].out[0];
+  const ValueId root = buffer_root(g, logits);
+  for (int j = fi + 1; j < bi; ++j)
+    for (ValueId v : nodes[j].in)
+      if (buffer_root(g, v) == root) return;
+  std::vector<Node> fused = nodes;
+  Node& f = fused[fi];
+  f.op = OpKind::kCrossEntropyGrad;
+  f.in.push_back(dloss);
+  f.out.push_back(dlogits);
+  fused.erase(fused.begin() + bi);
+  g.set_nodes(std::move(fused));
+}
+
 }  // namespace
 
 ValueId append_backward(Graph& g, ValueId* daux) {
@@ -151,6 +183,7 @@ ValueId append_backward(Graph& g, ValueId* daux) {
     b.fwd_ = nullptr;
   }
   unalias_inputs_read_later(g);
+  fuse_loss_gradient(g, dloss);
   return dloss;
 }
 

@@ -62,7 +62,9 @@ const std::vector<std::string>& remat_policy_names();
 // Appends backward nodes for graph.loss() and the aux losses; returns the id of the dloss input [N]
 // (f32), which the trainer fills (1 per token: the optimizer divides by the tokens counted). When
 // the graph has aux losses, *daux (if given) is set to the input [1] that seeds all of them
-// (kNoValue otherwise).
+// (kNoValue otherwise). The loss's cross_entropy node and its backward come out as one node
+// (kCrossEntropyGrad) where fuse_loss_gradient allows, so dloss must be filled before the forward
+// pass runs.
 ValueId append_backward(Graph& g, ValueId* daux = nullptr);
 
 // Rewrites the node list so that backward nodes read recomputed copies of the activations the

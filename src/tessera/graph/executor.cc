@@ -75,6 +75,7 @@ void Executor::run(const Node& n) {
 void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_step) {
   const auto& nodes = spec_.graph().nodes();
   if (sync_) sync_->begin_pass(forward_only, last_micro_step);
+  ctx_.forward_only = forward_only;
   for (int i = begin; i < end; ++i) {
     if (forward_only && nodes[i].phase != Phase::kForward) continue;
     if (observer_ && !profiling_) {

@@ -154,9 +154,13 @@ enum class OpKind {
   // for the all-to-all its exchange node started. in: that node's outputs (receive buffer,
   // staging), which stay live until here; no output.
   kMoeExchangeWait,
+  // Training's loss: kCrossEntropy with its kCrossEntropyBwd as one forward node, when dloss is the
+  // gradient's seed (autodiff.h, fuse_loss_gradient).
+  // kCrossEntropyGrad: in: logits, targets, dloss [N]       out: loss, lse, dlogits (aliases logits)
+  kCrossEntropyGrad,
 };
 // The last kind above, plus one.
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kMoeExchangeWait) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCrossEntropyGrad) + 1;
 
 // The op's name as logs, profiles and backends spell it ("matmul", "rms_norm_bwd", ...).
 const char* op_name(OpKind op);

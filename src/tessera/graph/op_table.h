@@ -49,6 +49,7 @@ struct RunContext {
   dist::Communicator* expert = nullptr;  // the expert axis's group (sharding_expert.h)
   PendingExchanges* pending = nullptr;   // all-to-alls started by deferred exchange nodes
   int64_t step = -1;                     // the training step, for error messages (-1: unknown)
+  bool forward_only = false;             // a pass without backward (evaluation): no gradients needed
   ops::AdamWHyperparams adamw;
   double sgd_lr = 0;
   double grad_scale = 1;  // the clip scale over the gradient divisor

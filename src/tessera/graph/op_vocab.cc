@@ -134,6 +134,15 @@ void cross_entropy_bwd_run(const RunContext& c, const Node& n) {  // in: logits,
                               n.attr<CrossEntropyAttrs>().z_loss);
 }
 
+// The loss and its gradient in one visit of the logits (fuse_loss_gradient); an evaluation pass
+// needs only the loss.
+void cross_entropy_grad_run(const RunContext& c, const Node& n) {  // in: logits, targets, dloss
+  const float z = n.attr<CrossEntropyAttrs>().z_loss;
+  if (c.forward_only) return ops::cross_entropy_forward(c.in(n, 0), c.in(n, 1), c.out(n, 0), c.out(n, 1), z);
+  ops::cross_entropy_forward_backward(c.in(n, 0), c.in(n, 1), c.in(n, 2), c.out(n, 0), c.out(n, 1),
+                                      c.out(n, 2), z);
+}
+
 void vocab_cross_entropy_run(const RunContext& c, const Node& n) {
   const CrossEntropyAttrs& a = n.attr<CrossEntropyAttrs>();
   const Tensor &logits = c.in(n, 0), &targets = c.in(n, 1);
@@ -180,6 +189,7 @@ std::vector<OpDef> vocab_op_defs() {
        .shard = cross_entropy_shard,
        .run = cross_entropy_run},
       {.kind = OpKind::kCrossEntropyBwd, .name = "cross_entropy_bwd", .run = cross_entropy_bwd_run},
+      {.kind = OpKind::kCrossEntropyGrad, .name = "cross_entropy_grad", .run = cross_entropy_grad_run},
       {.kind = OpKind::kVocabCrossEntropy,
        .name = "vocab_cross_entropy",
        .infer = cross_entropy_infer,
