@@ -21,9 +21,11 @@ using testing::within;
 constexpr double kU = 1.0 / (1 << 24);     // f32 unit roundoff
 constexpr double kUBf16 = 1.0 / (1 << 8);  // bf16 unit roundoff (8 significant bits)
 
-// Awkward sizes: 1, odd, prime, a C above one SIMD register only by a tail, and one large enough
-// (67 x 4099 > the threading grain) to run on several threads.
-const std::pair<int64_t, int64_t> kSizes[] = {{1, 1}, {7, 3}, {1, 768}, {67, 130}, {5, 4099}, {67, 4099}};
+// Awkward sizes: 1, odd, prime, a C above one SIMD register only by a tail, tails of one and two
+// 32-value pairs after whole 64-value steps (50, 111: the bf16 LayerNorm forward's loads), and one
+// large enough (67 x 4099 > the threading grain) to run on several threads.
+const std::pair<int64_t, int64_t> kSizes[] = {{1, 1},  {7, 3},   {1, 768},  {67, 130},
+                                              {3, 50}, {3, 111}, {5, 4099}, {67, 4099}};
 
 // Error growth of the f32 row sums: each of >= 8 SIMD lanes adds about C/8 terms in sequence and
 // the lanes are then combined, so a row statistic carries at most (C/8 + 4) roundings relative to
