@@ -165,10 +165,16 @@ TEST_P(GemmaGolden, Float32LogitsLossAndGradients) {
   EXPECT_NEAR(loss_sum / counted, g.file.get("loss").ptr<float>()[0], 2e-6);
   m.exec->zero_grads();
   m.exec->forward_backward();
+  // atol scales with the tensor's largest gradient, as the logits' does: the tied embedding's
+  // largest entry is 1.8 here, and entries of 0.0033 differed from transformers by 1.2e-6 (GCC
+  // build) and 1.7e-6 (clang build), 0.6e-6 and 0.9e-6 of the largest: f32 rounding at the
+  // tensor's scale, past a bare 1e-6.
   for (const Name& n : gemma_names(m.spec)) {
     SCOPED_TRACE(n.tessera);
-    EXPECT_TRUE(testing::all_close(testing::to_vector(m.grad_of(n.tessera)), hf_values(g.file, "grad.", n),
-                                   1e-4, 1e-6));
+    const std::vector<double> hf = hf_values(g.file, "grad.", n);
+    double scale = 1;
+    for (double v : hf) scale = std::max(scale, std::abs(v));
+    EXPECT_TRUE(testing::all_close(testing::to_vector(m.grad_of(n.tessera)), hf, 1e-4, 1e-6 * scale));
   }
 }
 
