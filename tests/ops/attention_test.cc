@@ -13,7 +13,9 @@
 #include <limits>
 #include <random>
 
+#include "tessera/backends/cpu/attention_amx.h"
 #include "tessera/backends/cpu/attention_kernels.h"
+#include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
 
@@ -309,7 +311,16 @@ TEST(Attention, OtherSegmentsHaveExactlyNoEffect) {
 // times the attention key j receives, which averages 1 over the keys. So the gradients get
 // atol = u_bf16 max(1, max|g|) besides (the worst case, all roundings aligned, is sqrt(D) times
 // that; the largest error seen here is 0.2 u_bf16).
+// The f32 path of bf16 attention: the AMX tiles (below) turned off for the scope.
+struct AmxOff {
+  AmxOff() { cpu::amx::set_attention_enabled(false); }
+  ~AmxOff() { cpu::amx::set_attention_enabled(true); }
+  AmxOff(const AmxOff&) = delete;
+  AmxOff& operator=(const AmxOff&) = delete;
+};
+
 TEST(Attention, Bf16MatchesReference) {
+  const AmxOff f32_path;
   for (int64_t T : {7, 130})
     for (int64_t Hkv : {4, 1}) {
       for (bool segments : {false, true}) {
@@ -332,6 +343,42 @@ TEST(Attention, Bf16MatchesReference) {
         });
       }
     }
+}
+
+// bf16 on the AMX tiles, where this CPU has them (the AVX-512 kernels use them for D and key
+// tiles that are multiples of 32). P is rounded to bf16 for its product with V, as FlashAttention
+// does on GPUs: each probability moves by at most 2^-9 relative, so out moves by at most
+// 2^-9 max|v| = u_bf16 / 2 (inputs in [-1, 1]) absolutely, besides its own rounding (rtol u_bf16).
+// lse comes from the f32 probabilities, as on the f32 path. The gradients keep
+// Bf16MatchesReference's bounds.
+TEST(Attention, Bf16OnTheAmxTilesMatchesReference) {
+  if (!amx_bf16_usable() || !isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AMX tiles";
+  const Isa before = active_isa();
+  set_active_isa(Isa::kAvx512);
+  AttentionOptions window, capped, full;
+  window.sliding_window = 37;
+  capped.logits_soft_cap = 5.0f;
+  full.causal = false;
+  for (int64_t T : {7, 128, 200})  // 128: K and V tiles read from the tensors; 7, 200: from copies
+    for (int64_t Hkv : {4, 1})
+      for (const AttentionOptions& opt : {AttentionOptions{}, window, capped, full})
+        for (bool segments : {false, true}) {
+          const AttentionDims d{2, T, 4, Hkv, 64};
+          Problem p(d, DType::kBF16, opt, segments, 13);
+          SCOPED_TRACE(describe(d, p.opt));
+          std::vector<double> out, lse, dq, dk, dv;
+          ops::attention_ref(d, p.opt, p.qd, p.kd, p.vd, &out, &lse);
+          ops::attention_bwd_ref(d, p.opt, p.doutd, p.qd, p.kd, p.vd, &dq, &dk, &dv);
+          const double tol = f32_tol(d.D, d.T), grad_tol = tol + kU16;
+          p.forward();
+          EXPECT_TRUE(all_close(to_vector(p.out), out, kU16 + tol, kU16 / 2 + tol)) << "out";
+          EXPECT_TRUE(all_close(to_vector(p.lse), lse, tol, tol)) << "lse";
+          p.backward();
+          EXPECT_TRUE(all_close(to_vector(p.dq), dq, kU16 + tol, grad_tol * grad_scale(dq))) << "dq";
+          EXPECT_TRUE(all_close(to_vector(p.dk), dk, kU16 + tol, grad_tol * grad_scale(dk))) << "dk";
+          EXPECT_TRUE(all_close(to_vector(p.dv), dv, kU16 + tol, grad_tol * grad_scale(dv))) << "dv";
+        }
+  set_active_isa(before);
 }
 
 // The backward splits a head's query tiles over several tasks when B * Hkv leaves threads idle

@@ -1,0 +1,80 @@
+// The AMX tile products of attention_amx.h. Four accumulator tiles hold a 32 x 32 block of C
+// (tiles 0-3), two hold A's 16-row strips (4, 5) and two B's 16-column strips (6, 7), so each
+// step of 32 in K loads four tiles for four TDPBF16PS; edge blocks of 16 use fewer.
+#include "tessera/backends/cpu/attention_amx.h"
+
+#include <immintrin.h>
+
+#include <atomic>
+
+namespace tessera::cpu::amx {
+namespace {
+
+struct alignas(64) TileConfig {  // the LDTILECFG operand: palette 1
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+std::atomic<bool> enabled{true};
+
+}  // namespace
+
+bool attention_enabled() {
+  return enabled.load(std::memory_order_relaxed);
+}
+
+void set_attention_enabled(bool on) {
+  enabled.store(on, std::memory_order_relaxed);
+}
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint32_t* b,
+               int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  // Every tile 16 rows of 64 bytes. Loaded on every call: other code on this thread (oneDNN's
+  // matmuls) configures the tiles its own way between calls.
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.bytes_per_row[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  const int64_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4;  // strides in bytes
+  for (int64_t i = 0; i < M; i += 32) {
+    const bool two_i = i + 16 < M;
+    for (int64_t j = 0; j < N; j += 32) {
+      const bool two_j = j + 16 < N;
+      float* c00 = c + i * ldc + j;
+      float* c10 = c00 + 16 * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c00, sc);
+        if (two_j) _tile_loadd(1, c00 + 16, sc);
+        if (two_i) _tile_loadd(2, c10, sc);
+        if (two_i && two_j) _tile_loadd(3, c10 + 16, sc);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t k = 0; k < K; k += 32) {
+        _tile_loadd(4, a + i * lda + k, sa);
+        if (two_i) _tile_loadd(5, a + (i + 16) * lda + k, sa);
+        _tile_loadd(6, b + (k / 2) * ldb + j, sb);
+        if (two_j) _tile_loadd(7, b + (k / 2) * ldb + j + 16, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_j) _tile_dpbf16ps(1, 4, 7);
+        if (two_i) _tile_dpbf16ps(2, 5, 6);
+        if (two_i && two_j) _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c00, sc);
+      if (two_j) _tile_stored(1, c00 + 16, sc);
+      if (two_i) _tile_stored(2, c10, sc);
+      if (two_i && two_j) _tile_stored(3, c10 + 16, sc);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace tessera::cpu::amx
