@@ -1,6 +1,7 @@
-// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512, AVX2 and
-// the scalar baseline from attention_kernels.inc. The op entry (ops/attention.cc) checks shapes and dtypes;
-// these take raw pointers. Layouts and the visibility rules are those of ops/attention.h.
+// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512 (bf16 on the
+// AMX tiles where the CPU has them), AVX2 and the scalar baseline from attention_kernels.inc. The
+// op entry (ops/attention.cc) checks shapes and dtypes; these take raw pointers. Layouts and the
+// visibility rules are those of ops/attention.h.
 // The table type is device-neutral: each backend fills one (backends/kernels.h); the CPU's are
 // built per ISA in backends/cpu/.
 #pragma once
