@@ -47,19 +47,23 @@ constexpr Sizes kQuick = {512, 32000, 8'000'000, 1024, 768, 32000, 3, 0.2};
 constexpr int64_t kTriadBytesPerArray = int64_t{64} << 20;
 
 // Best wall time in seconds over repeated calls after one warm-up call: at least z.reps calls and
-// at least z.min_seconds in all. The best, not the mean: on a shared machine a parallel region
-// waits whenever one of its threads is descheduled, and only the best call shows the kernel.
-double best_seconds(const Sizes& z, const std::function<void()>& fn) {
+// at least z.min_seconds of them in all. The best, not the mean: on a shared machine a parallel
+// region waits whenever one of its threads is descheduled, and only the best call shows the kernel.
+// `before` (if given) runs untimed ahead of every call, to restore what the call overwrites.
+double best_seconds(const Sizes& z, const std::function<void()>& fn,
+                    const std::function<void()>& before = {}) {
   using Clock = std::chrono::steady_clock;
+  if (before) before();
   fn();
-  double best = 1e30;
-  const auto start = Clock::now();
+  double best = 1e30, spent = 0;
   for (int r = 0; r < 100000; ++r) {
+    if (before) before();
     const auto t0 = Clock::now();
     fn();
-    const auto t1 = Clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
-    if (r + 1 >= z.reps && std::chrono::duration<double>(t1 - start).count() >= z.min_seconds) break;
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, t);
+    spent += t;
+    if (r + 1 >= z.reps && spent >= z.min_seconds) break;
   }
   return best;
 }
@@ -167,22 +171,17 @@ Row bench_cross_entropy(const Sizes& z, DType dtype, bool fused) {
   // call starts from the same values, and the refill is not timed.
   std::vector<char> saved(logits.nbytes());
   std::memcpy(saved.data(), logits.data(), saved.size());
-  using Clock = std::chrono::steady_clock;
-  double best = 1e30;
-  const auto start = Clock::now();
-  for (int r = 0; r < 100000; ++r) {
-    std::memcpy(logits.data(), saved.data(), saved.size());
-    const auto t0 = Clock::now();
-    if (fused) {
-      ops::cross_entropy_forward_backward(logits, targets, dloss, loss, lse, logits);
-    } else {
-      ops::cross_entropy_forward(logits, targets, loss, lse);
-      ops::cross_entropy_backward(logits, targets, lse, dloss, logits);
-    }
-    const auto t1 = Clock::now();
-    if (r > 0) best = std::min(best, std::chrono::duration<double>(t1 - t0).count());  // call 0 warms up
-    if (r >= z.reps && std::chrono::duration<double>(t1 - start).count() >= 2 * z.min_seconds) break;
-  }
+  const double best = best_seconds(
+      z,
+      [&] {
+        if (fused) {
+          ops::cross_entropy_forward_backward(logits, targets, dloss, loss, lse, logits);
+        } else {
+          ops::cross_entropy_forward(logits, targets, loss, lse);
+          ops::cross_entropy_backward(logits, targets, lse, dloss, logits);
+        }
+      },
+      [&] { std::memcpy(logits.data(), saved.data(), saved.size()); });
   ops::CrossEntropyCost c = ops::cross_entropy_forward_backward_cost(n, vocab, dtype);
   if (!fused) {
     const auto f = ops::cross_entropy_forward_cost(n, vocab, dtype);

@@ -39,7 +39,14 @@ backends::CrossEntropyRows check_rows(const char* op, const Tensor& logits, cons
   return {logits.data(), logits.dtype() == DType::kBF16, tg, n, vocab, z_loss};
 }
 
-// dlogits: contiguous, the logits' shape and dtype, and the logits themselves or apart from them.
+}  // namespace
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& lse,
+                           float z_loss) {
+  auto rows = check_rows("cross_entropy_forward", logits, targets, z_loss, {{"loss", &loss}, {"lse", &lse}});
+  backends::kernels_for(logits).cross_entropy->forward(rows, loss.ptr<float>(), lse.ptr<float>());
+}
+
 void check_dlogits(const char* op, const Tensor& logits, const Tensor& dlogits) {
   TESSERA_CHECK_SHAPE(
       dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
@@ -48,14 +55,6 @@ void check_dlogits(const char* op, const Tensor& logits, const Tensor& dlogits) 
   const char* d0 = static_cast<const char*>(dlogits.data());
   TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
                       "{}: dlogits overlaps the logits without being the same tensor", op);
-}
-
-}  // namespace
-
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& lse,
-                           float z_loss) {
-  auto rows = check_rows("cross_entropy_forward", logits, targets, z_loss, {{"loss", &loss}, {"lse", &lse}});
-  backends::kernels_for(logits).cross_entropy->forward(rows, loss.ptr<float>(), lse.ptr<float>());
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,

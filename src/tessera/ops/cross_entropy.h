@@ -39,6 +39,10 @@ void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                     const Tensor& loss, const Tensor& lse, const Tensor& dlogits,
                                     float z_loss = 0.0f);
 
+// Throws (kShape, naming op) unless dlogits is contiguous with the logits' shape and dtype, and is
+// either the logits themselves (in place) or apart from them. Shared with ops/vocab_parallel.h.
+void check_dlogits(const char* op, const Tensor& logits, const Tensor& dlogits);
+
 // Mean of loss over the tokens whose target is not ignored, summed in double; mean is 0 when every
 // target is ignored (count 0).
 struct MeanLoss {

@@ -9,6 +9,7 @@
 
 #include "tessera/backends/kernels.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/cross_entropy.h"
 
 namespace tessera::ops {
 
@@ -151,13 +152,7 @@ void vocab_cross_entropy_backward(const Tensor& logits, const Tensor& targets, V
   const auto s = check_shard(op, "targets", targets, n, vl, r, true);
   check_f32(op, "lse", lse, Shape{n});
   check_f32(op, "dloss", dloss, Shape{n});
-  TESSERA_CHECK_SHAPE(
-      dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
-      "{}: dlogits must be a contiguous {} like the logits, got {}", op, logits.str(), dlogits.str());
-  const char* l0 = static_cast<const char*>(logits.data());
-  const char* d0 = static_cast<const char*>(dlogits.data());
-  TESSERA_CHECK_SHAPE(l0 == d0 || d0 + dlogits.nbytes() <= l0 || l0 + logits.nbytes() <= d0,
-                      "{}: dlogits overlaps the logits without being the same tensor", op);
+  check_dlogits(op, logits, dlogits);
   backends::kernels_for(logits).vocab_parallel->cross_entropy_backward(
       s, logits.data(), logits.dtype() == DType::kBF16, z_loss, lse.ptr<float>(), dloss.ptr<float>(),
       dlogits.data());
