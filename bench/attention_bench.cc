@@ -1,7 +1,9 @@
 // Attention benchmark: causal GQA forward and backward at the training shapes (T = 1024 and 4096,
 // H = 12 query heads with Hkv = 4 or 12, D = 64; one D = 128 case), f32 and bf16, plus one
-// non-causal row that shows what skipping the masked tiles saves; on a CPU with AMX tiles, the bf16
-// rows again on the tiles (dtype "amx"; the "bf16" rows are the f32 path). Prints GFLOP/s for forward,
+// non-causal row that shows what skipping the masked tiles saves. The "bf16" rows run the f32 path
+// (bf16 widened, products in f32); with the AVX-512 kernels they run again on vdpbf16ps (dtype
+// "dot") and, on a CPU with AMX tiles, on the tiles ("amx"), whichever attention_products.h would
+// choose by itself (the header says which). Prints GFLOP/s for forward,
 // backward and both, the fraction of the stated peak of 2 Zen 5 cores, and (column 'meas') the
 // fraction of this machine's f32 FMA peak, measured right after each row.
 //
@@ -23,7 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/backends/cpu/attention_amx.h"
+#include "tessera/backends/cpu/attention_products.h"
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/dtype.h"
@@ -45,7 +48,7 @@ struct Case {
   int64_t T, H, Hkv, D;
   DType dtype;
   bool causal;
-  bool amx = false;  // bf16 on the AMX tiles (rows added where this CPU has them)
+  tessera::cpu::Bf16Products products = tessera::cpu::Bf16Products::kF32;  // bf16 rows: where products run
 };
 
 // This machine's f32 FMA peak with the active ISA on every thread: 24 (AVX-512) or 12 (AVX2)
@@ -140,7 +143,7 @@ void run_case(const Case& c, double seconds, int reps) {
   // Calibrate on B = 1 (after a warm-up call that grows the scratch), then size the batch.
   auto buf = std::make_unique<Buffers>(c, 1);
   fwd(*buf), bwd(*buf);
-  tessera::cpu::amx::set_attention_enabled(c.amx);
+  tessera::cpu::pin_bf16_attention_products(c.products);
   const double per_row = best_time(1, [&] { fwd(*buf), bwd(*buf); });
   const int64_t B = std::clamp<int64_t>(static_cast<int64_t>(seconds / per_row + 0.5), 1, 256);
   if (B > 1) {
@@ -148,7 +151,7 @@ void run_case(const Case& c, double seconds, int reps) {
     fwd(*buf), bwd(*buf);  // warm-up at this batch
   }
   const double tf = best_time(reps, [&] { fwd(*buf); }), tb = best_time(reps, [&] { bwd(*buf); });
-  tessera::cpu::amx::set_attention_enabled(true);
+  tessera::cpu::pin_bf16_attention_products(std::nullopt);
   const double measured_peak = measured_fma_peak();  // right after, so that both see the same machine
   const double ff = tessera::ops::attention_fwd_flops(B, c.T, c.H, c.D, 0, c.causal);
   const double fb = tessera::ops::attention_bwd_flops(B, c.T, c.H, c.D, 0, c.causal);
@@ -157,9 +160,10 @@ void run_case(const Case& c, double seconds, int reps) {
   std::printf(
       "%-5s %-6s %5lld %3lld %3lld %4lld %4lld | %8.1f %7.1f %5.1f%% | %8.1f %7.1f %5.1f%% | %7.1f %5.1f%% "
       "%5.1f%% of %.0f\n",
-      c.dtype != DType::kBF16 ? "f32"
-      : c.amx                 ? "amx"
-                              : "bf16",
+      c.dtype != DType::kBF16                            ? "f32"
+      : c.products == tessera::cpu::Bf16Products::kTiles ? "amx"
+      : c.products == tessera::cpu::Bf16Products::kDot   ? "dot"
+                                                         : "bf16",
       c.causal ? "causal" : "full", static_cast<long long>(c.T), static_cast<long long>(c.H),
       static_cast<long long>(c.Hkv), static_cast<long long>(c.D), static_cast<long long>(B), tf * 1e3, gf,
       100 * gf * 1e9 / peak, tb * 1e3, gb, 100 * gb * 1e9 / peak, gfb, 100 * gfb * 1e9 / peak,
@@ -195,6 +199,10 @@ int main(int argc, char** argv) {
       "FLOPs as MaxText counts them: causal forward 2*B*T^2*H*D (full: 4*B*T^2*H*D), backward 2.5x\n");
   std::printf(
       "'meas': f+b against this machine's f32 FMA peak (isa, threads above), measured after each row\n");
+  if (tessera::active_isa() == tessera::Isa::kAvx512)
+    std::printf("vdpbf16ps / f32 FMA FLOP/s on one thread: %.2f; bf16 attention runs its products on: %s\n",
+                tessera::cpu::bf16_dot_speedup(),
+                std::string(tessera::cpu::products_name(tessera::cpu::bf16_attention_products())).c_str());
   std::printf("batch B sized for ~%.2f s of forward + backward; times are the best of %d\n\n", seconds, reps);
   std::printf("%-5s %-6s %5s %3s %3s %4s %4s | %8s %7s %6s | %8s %7s %6s | %7s %6s %6s\n", "dtype", "mask",
               "T", "H", "Hkv", "D", "B", "fwd ms", "GFLOP/s", "peak", "bwd ms", "GFLOP/s", "peak", "f+b GF",
@@ -210,15 +218,19 @@ int main(int argc, char** argv) {
     cases.push_back({1024, 12, 4, 128, dt, true});
   }
   cases.push_back({1024, 12, 4, 64, DType::kF32, false});
-  if (tessera::amx_bf16_usable() && tessera::active_isa() == tessera::Isa::kAvx512) {
-    const size_t n = cases.size();
+  using tessera::cpu::Bf16Products;
+  std::vector<Bf16Products> paths;
+  if (tessera::active_isa() == tessera::Isa::kAvx512) paths.push_back(Bf16Products::kDot);
+  if (tessera::active_isa() == tessera::Isa::kAvx512 && tessera::amx_bf16_usable())
+    paths.push_back(Bf16Products::kTiles);
+  const size_t n = cases.size();
+  for (Bf16Products path : paths)
     for (size_t i = 0; i < n; ++i)
       if (cases[i].dtype == DType::kBF16) {
         Case a = cases[i];
-        a.amx = true;
+        a.products = path;
         cases.push_back(a);
       }
-  }
   for (const Case& c : cases) run_case(c, seconds, reps);
   return 0;
 }

@@ -14,8 +14,9 @@
 #include <limits>
 #include <random>
 
-#include "tessera/backends/cpu/attention_amx.h"
 #include "tessera/backends/cpu/attention_kernels.h"
+#include "tessera/backends/cpu/attention_products.h"
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
@@ -312,12 +313,12 @@ TEST(Attention, OtherSegmentsHaveExactlyNoEffect) {
 // times the attention key j receives, which averages 1 over the keys. So the gradients get
 // atol = u_bf16 max(1, max|g|) besides (the worst case, all roundings aligned, is sqrt(D) times
 // that; the largest error seen here is 0.2 u_bf16).
-// The f32 path of bf16 attention: the AMX tiles (below) turned off for the scope.
-struct AmxOff {
-  AmxOff() { cpu::amx::set_attention_enabled(false); }
-  ~AmxOff() { cpu::amx::set_attention_enabled(true); }
-  AmxOff(const AmxOff&) = delete;
-  AmxOff& operator=(const AmxOff&) = delete;
+// bf16 attention's products pinned to one path for the scope (attention_products.h).
+struct PinProducts {
+  explicit PinProducts(cpu::Bf16Products p) { cpu::pin_bf16_attention_products(p); }
+  ~PinProducts() { cpu::pin_bf16_attention_products(std::nullopt); }
+  PinProducts(const PinProducts&) = delete;
+  PinProducts& operator=(const PinProducts&) = delete;
 };
 
 // A bf16 problem's forward and backward against the reference with the bounds stated above
@@ -341,7 +342,7 @@ void check_bf16(Problem& p, double out_atol, const std::function<void(const std:
 }
 
 TEST(Attention, Bf16MatchesReference) {
-  const AmxOff f32_path;
+  const PinProducts f32_path(cpu::Bf16Products::kF32);
   for (int64_t T : {7, 130})
     for (int64_t Hkv : {4, 1})
       for (bool segments : {false, true}) {
@@ -350,16 +351,17 @@ TEST(Attention, Bf16MatchesReference) {
       }
 }
 
-// bf16 on the AMX tiles, where this CPU has them (the AVX-512 kernels use them for D and key
-// tiles that are multiples of 32). P is rounded to bf16 for its product with V, as FlashAttention
-// does on GPUs: each probability moves by at most 2^-9 relative, so out moves by at most
-// 2^-9 max|v| = u_bf16 / 2 (inputs in [-1, 1]) absolutely, besides its own rounding (rtol u_bf16).
-// lse comes from the f32 probabilities, as on the f32 path. The gradients keep
-// Bf16MatchesReference's bounds.
-TEST(Attention, Bf16OnTheAmxTilesMatchesReference) {
-  if (!amx_bf16_usable() || !isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AMX tiles";
+// bf16 on bf16 products (attention_products.h): the AMX tiles where this CPU has them, and
+// vdpbf16ps wherever the AVX-512 kernels run (chosen by itself only where it outpaces the f32 FMAs,
+// pinned here). Both need D and key tiles that are multiples of 32. P is rounded to bf16 for its
+// product with V, as FlashAttention does on GPUs: each probability moves by at most 2^-9 relative,
+// so out moves by at most 2^-9 max|v| = u_bf16 / 2 (inputs in [-1, 1]) absolutely, besides its
+// own rounding (rtol u_bf16). lse comes from the f32 probabilities, as on the f32 path. The
+// gradients keep Bf16MatchesReference's bounds.
+void check_bf16_products(cpu::Bf16Products products) {
   const Isa before = active_isa();
   set_active_isa(Isa::kAvx512);
+  const PinProducts pinned(products);
   AttentionOptions window, capped, full;
   window.sliding_window = 37;
   capped.logits_soft_cap = 5.0f;
@@ -371,6 +373,40 @@ TEST(Attention, Bf16OnTheAmxTilesMatchesReference) {
           Problem p(AttentionDims{2, T, 4, Hkv, 64}, DType::kBF16, opt, segments, 13);
           check_bf16(p, kU16 / 2, [](const std::function<void()>& body) { body(); });
         }
+  set_active_isa(before);
+}
+
+TEST(Attention, Bf16OnTheAmxTilesMatchesReference) {
+  if (!amx_bf16_usable() || !isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AMX tiles";
+  check_bf16_products(cpu::Bf16Products::kTiles);
+}
+
+TEST(Attention, Bf16OnTheDotProductMatchesReference) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU cannot run the AVX-512 kernels";
+  check_bf16_products(cpu::Bf16Products::kDot);
+}
+
+// The tiles where AMX is usable; vdpbf16ps where it outpaces the f32 FMAs by half again (AMD
+// Zen 4/5 measure about 2x, an AMX Xeon 0.5x); else f32, and always f32 below AVX-512.
+TEST(Attention, Bf16ProductsFollowTheCalibration) {
+  using cpu::Bf16Products;
+  EXPECT_EQ(cpu::choose_products(true, true, 0.5), Bf16Products::kTiles);
+  EXPECT_EQ(cpu::choose_products(true, false, 2.0), Bf16Products::kDot);
+  EXPECT_EQ(cpu::choose_products(true, false, 1.0), Bf16Products::kF32);
+  EXPECT_EQ(cpu::choose_products(false, true, 2.0), Bf16Products::kF32);
+  EXPECT_EQ(cpu::choose_products(false, false, 2.0), Bf16Products::kF32);
+  if (!isa_supported(Isa::kAvx512)) {
+    EXPECT_EQ(cpu::bf16_dot_speedup(), 0.0);
+    return;
+  }
+  const double speedup = cpu::bf16_dot_speedup();
+  EXPECT_GT(speedup, 0.2);
+  EXPECT_LT(speedup, 8.0);
+  const Isa before = active_isa();
+  set_active_isa(Isa::kAvx512);
+  EXPECT_EQ(cpu::bf16_attention_products(), cpu::choose_products(true, amx_bf16_usable(), speedup));
+  set_active_isa(Isa::kAvx2);
+  EXPECT_EQ(cpu::bf16_attention_products(), Bf16Products::kF32);
   set_active_isa(before);
 }
 

@@ -5,8 +5,6 @@
 
 #include <immintrin.h>
 
-#include <atomic>
-
 namespace tessera::cpu::amx {
 namespace {
 
@@ -18,17 +16,7 @@ struct alignas(64) TileConfig {  // the LDTILECFG operand: palette 1
   uint8_t rows[16] = {};
 };
 
-std::atomic<bool> enabled{true};
-
 }  // namespace
-
-bool attention_enabled() {
-  return enabled.load(std::memory_order_relaxed);
-}
-
-void set_attention_enabled(bool on) {
-  enabled.store(on, std::memory_order_relaxed);
-}
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint32_t* b,
                int64_t ldb, float* c, int64_t ldc, bool accumulate) {

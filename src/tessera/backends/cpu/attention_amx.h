@@ -14,9 +14,4 @@ namespace tessera::cpu::amx {
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint32_t* b,
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
-// Whether bf16 attention may use the tiles (default on; the attention kernels use them only where
-// amx_bf16_usable() holds). Tests turn it off to check the f32 path on an AMX machine.
-bool attention_enabled();
-void set_attention_enabled(bool on);
-
 }  // namespace tessera::cpu::amx
