@@ -1,5 +1,6 @@
-// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512 (bf16 on the
-// AMX tiles where the CPU has them), AVX2 and the scalar baseline from attention_kernels.inc. The
+// Flash-style attention kernels (forward and backward) for the CPU, built for AVX-512 (bf16 products
+// on the AMX tiles or vdpbf16ps where backends/cpu/attention_products.h chooses them), AVX2 and the
+// scalar baseline from attention_kernels.inc. The
 // op entry (ops/attention.cc) checks shapes and dtypes; these take raw pointers. Layouts and the
 // visibility rules are those of ops/attention.h.
 // The table type is device-neutral: each backend fills one (backends/kernels.h); the CPU's are
