@@ -10,6 +10,9 @@
 // machine where load drifts between repetitions. "same" checks that both paths wrote the same
 // output (non-accumulating cases). The direct path is the minimal use of oneDNN: its own engine, stream and
 // primitive, built from the same memory descriptors, and executed with a prebuilt argument map.
+// Tessera's f32 GEMMs whose B is a weight (M >= 1024, not trans_a) copy B into oneDNN's preferred
+// layout before each call (onednn_matmul.h; the impl column says "B reordered"): their ratio counts
+// that copy's cost and the faster GEMM it buys.
 //
 // The last section measures per-call overhead on small GEMMs, where it could matter: Tessera's
 // call (cached primitive, cached memory objects), the direct call, and the direct call that also

@@ -184,6 +184,29 @@ TEST(Matmul, EmptySizes) {
   ops::matmul(a0, b0, c00);  // M = 0: nothing to do, no error
 }
 
+// f32 with M >= 1024 and B a weight (not trans_a) runs from a copy of B in oneDNN's preferred
+// layout (onednn_matmul.cc); the bound is the same. Ragged N and K exercise the layout's padding,
+// and a second call with other values checks that the copy is made afresh.
+TEST(Matmul, F32FromTheBlockedCopyOfB) {
+  uint64_t seed = 7000;
+  for (bool accumulate : {false, true})
+    for (bool trans_b : {false, true}) {
+      const Case t{1030, 67, 130, {.trans_b = trans_b, .accumulate = accumulate}};
+      EXPECT_NE(cpu::onednn_matmul_impl(
+                    {.m = t.m, .n = t.n, .k = t.k, .trans_b = trans_b, .accumulate = accumulate})
+                    .find("(B reordered)"),
+                std::string::npos);
+      check_case(t, seed += 3);
+      check_case(t, seed += 3);
+    }
+  // The weight gradient (trans_a) and bf16 keep B as it is.
+  EXPECT_EQ(cpu::onednn_matmul_impl({.m = 1030, .n = 67, .k = 130, .trans_a = true}).find("(B reordered)"),
+            std::string::npos);
+  EXPECT_EQ(
+      cpu::onednn_matmul_impl({.m = 1030, .n = 67, .k = 130, .ab_dtype = DType::kBF16}).find("(B reordered)"),
+      std::string::npos);
+}
+
 TEST(Matmul, PrimitivesAreCached) {
   OwnedTensor a(Shape{5, 7}, DType::kF32), b(Shape{7, 11}, DType::kF32), c(Shape{5, 11}, DType::kF32);
   testing::fill_uniform(a, 1);
