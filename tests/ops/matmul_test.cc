@@ -184,27 +184,31 @@ TEST(Matmul, EmptySizes) {
   ops::matmul(a0, b0, c00);  // M = 0: nothing to do, no error
 }
 
-// f32 with M >= 1024 and B a weight (not trans_a) runs from a copy of B in oneDNN's preferred
-// layout (onednn_matmul.cc); the bound is the same. Ragged N and K exercise the layout's padding,
-// and a second call with other values checks that the copy is made afresh.
-TEST(Matmul, F32FromTheBlockedCopyOfB) {
+// With M >= 1024 and B a weight (f32 not trans_a, bf16 neither transposed) the GEMM runs from a
+// copy of B in oneDNN's preferred layout (onednn_matmul.cc); the bound is the same. Ragged N and K
+// exercise the layout's padding, and a second call with other values checks that the copy is made
+// afresh.
+bool reorders_b(const cpu::GemmShape& g) {
+  return cpu::onednn_matmul_impl(g).find("(B reordered)") != std::string::npos;
+}
+
+TEST(Matmul, FromTheBlockedCopyOfB) {
   uint64_t seed = 7000;
-  for (bool accumulate : {false, true})
-    for (bool trans_b : {false, true}) {
-      const Case t{1030, 67, 130, {.trans_b = trans_b, .accumulate = accumulate}};
-      EXPECT_NE(cpu::onednn_matmul_impl(
-                    {.m = t.m, .n = t.n, .k = t.k, .trans_b = trans_b, .accumulate = accumulate})
-                    .find("(B reordered)"),
-                std::string::npos);
-      check_case(t, seed += 3);
-      check_case(t, seed += 3);
-    }
-  // The weight gradient (trans_a) and bf16 keep B as it is.
-  EXPECT_EQ(cpu::onednn_matmul_impl({.m = 1030, .n = 67, .k = 130, .trans_a = true}).find("(B reordered)"),
-            std::string::npos);
-  EXPECT_EQ(
-      cpu::onednn_matmul_impl({.m = 1030, .n = 67, .k = 130, .ab_dtype = DType::kBF16}).find("(B reordered)"),
-      std::string::npos);
+  for (DType ab : {DType::kF32, DType::kBF16})
+    for (bool accumulate : {false, true})
+      for (bool trans_b : {false, true}) {
+        const Case t{1030, 67, 130, {.trans_b = trans_b, .accumulate = accumulate}, ab};
+        const bool blocked = ab == DType::kF32 || !trans_b;
+        EXPECT_EQ(
+            reorders_b(
+                {.m = t.m, .n = t.n, .k = t.k, .trans_b = trans_b, .ab_dtype = ab, .accumulate = accumulate}),
+            blocked);
+        check_case(t, seed += 3);
+        check_case(t, seed += 3);
+      }
+  // The weight gradient (trans_a) and short GEMMs keep B as it is.
+  EXPECT_FALSE(reorders_b({.m = 1030, .n = 67, .k = 130, .trans_a = true}));
+  EXPECT_FALSE(reorders_b({.m = 1000, .n = 67, .k = 130}));
 }
 
 TEST(Matmul, PrimitivesAreCached) {

@@ -8,9 +8,10 @@
 //     (creating a primitive JIT-compiles kernels: milliseconds, far more than a small GEMM);
 //   - transposes are strides in the memory descriptors (no copies); accumulate is oneDNN's sum
 //     post-op (C = A·B + 1.0·C), so C is read and written once;
-//   - f32 GEMMs whose B is a weight (not trans_a) with M >= 1024 copy B into the layout oneDNN
-//     prefers before each call (one reorder, under 1 % of the GEMM), which its brgemm runs 10-17 %
-//     faster; the copy lives in one shared buffer like the scratchpad (onednn_matmul.cc says when);
+//   - GEMMs whose B is a weight with M >= 1024 (f32 not trans_a; bf16 neither transposed) copy B
+//     into the layout oneDNN prefers before each call (one reorder, 1-2 % of the GEMM), which its
+//     brgemm runs 5-50 % faster; the copy lives in one shared buffer like the scratchpad
+//     (onednn_matmul.cc says when);
 //   - bf16 inputs accumulate in f32 inside oneDNN; a bf16 C is rounded once, at the end;
 //   - the scratchpad is one Tessera-owned buffer shared by every cached primitive
 //     (scratchpad_mode::user), grown when a primitive that needs more is created and never in
