@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tessera/backends/cpu/attention_products.h"
 #include "tessera/backends/cpu/peak.h"
 #include "tessera/backends/cpu/peak_kernels.h"
 #include "tessera/backends/kernels.h"
@@ -141,6 +142,11 @@ TEST(CpuPeak, Bf16PeakIsTheAmxTilesWhereTheyAreUsable) {
   EXPECT_EQ(p.bf16_amx, amx_bf16_usable());
   EXPECT_GT(p.bf16_flops, 0);
   EXPECT_FALSE(cpu::calibrate_cpu_peak(0.01, Isa::kAvx2).bf16_amx);
+  // Where bf16 attention runs its products (attention_products.h): the tiles, or vdpbf16ps or f32
+  // by the calibration; below AVX-512 always f32.
+  EXPECT_EQ(p.bf16_attention,
+            cpu::products_name(cpu::choose_products(true, amx_bf16_usable(), cpu::bf16_dot_speedup())));
+  EXPECT_EQ(cpu::calibrate_cpu_peak(0.01, Isa::kAvx2).bf16_attention, "f32");
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct DevicePeak {
   double f32_flops = 0;   // FLOP/s, the whole device (on the CPU: all threads)
   double bf16_flops = 0;  // FLOP/s with bf16 operands (= the f32 peak where there is no faster path)
   bool bf16_amx = false;  // the CPU's bf16 figure is its AMX tiles' (backends/cpu/peak.h)
+  // Where bf16 attention runs its products on this device ("amx", "vdpbf16ps" or "f32" on the CPU;
+  // empty where the backend does not say).
+  std::string_view bf16_attention;
   double for_dtype(DType compute) const { return compute == DType::kBF16 ? bf16_flops : f32_flops; }
 };
 

@@ -154,7 +154,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
   if (mesh_->num_devices() > 1) log_ << mesh_->describe() << "\n";
   log_ << plan_->summary() << "\n";
   log_ << fmt::format(
-      "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}); model TFLOP per step {:.4f} "
+      "device: cpu ({}), {} threads, peak {:.1f} GFLOP/s for {} ({}){}; model TFLOP per step {:.4f} "
       "(MaxText's count over this rank's plan: 3 x forward matmul + causal attention, recompute not "
       "counted), executed TFLOP per step {:.4f} (backward and recompute as run); start-up {:.2f} s "
       "(plan and arenas {:.2f} s, init {:.2f} s)\n",
@@ -162,6 +162,9 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       cfg.device_peak_tflops > 0                  ? "device_peak_tflops"
       : compute == DType::kBF16 && peak_.bf16_amx ? "calibrated on the AMX tiles"
                                                   : "calibrated",
+      compute == DType::kBF16 && !peak_.bf16_attention.empty()
+          ? fmt::format(", bf16 attention products on {}", peak_.bf16_attention)
+          : std::string(),
       plan_->flops().model_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       plan_->flops().executed_training() * static_cast<double>(cfg.gradient_accumulation_steps) / 1e12,
       startup_seconds_, plan_seconds, init_seconds);
