@@ -22,7 +22,7 @@ std::string_view products_name(Bf16Products p);  // "f32", "vdpbf16ps", "amx"
 Bf16Products choose_products(bool avx512, bool amx_usable, double dot_speedup);
 
 // What bf16 attention uses now: the pinned choice if one is set, else choose_products() for this
-// CPU and the active ISA (the speed-up measured on first use, about 10 ms).
+// CPU and the active ISA (the speed-up measured on first use, a few ms).
 Bf16Products bf16_attention_products();
 
 // Pins a choice (tests, benchmarks); nullopt returns to the automatic one. Throws kRuntime when the

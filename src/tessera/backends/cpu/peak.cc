@@ -40,7 +40,7 @@ double measure(double (*kernel)(int64_t, float*), double seconds) {
   return total / slowest;
 }
 
-// The best of five single-thread runs of about a millisecond each, in FLOP/s.
+// The best of five single-thread runs (0.3-0.7 ms each here), in FLOP/s.
 double single_thread_rate(double (*kernel)(int64_t, float*)) {
   float sink = 0;
   kernel(200000, &sink);  // warm up: brings the core to its AVX-512 clock

@@ -15,7 +15,7 @@ DevicePeak calibrate_cpu_peak(double seconds_per_kind = 0.05);
 DevicePeak calibrate_cpu_peak(double seconds_per_kind, Isa isa);
 
 // The AVX-512 kernels' vdpbf16ps FLOP/s over their f32 FMA FLOP/s on one thread (about 2 on AMD
-// Zen 4/5, 0.5 on an AMX Xeon), measured on the first call (about 10 ms) and remembered; 0 where
+// Zen 4/5, 0.5 on an AMX Xeon), measured on the first call (a few ms) and remembered; 0 where
 // the CPU cannot run the AVX-512 kernels.
 double bf16_dot_speedup();
 
