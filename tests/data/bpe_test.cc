@@ -115,9 +115,18 @@ TEST(ByteBpe, JsonFieldsOfTheWrongTypeAreIoErrors) {
   const fs::path tokenizer_json = dir.path() / "tokenizer.json";
   const fs::path vocab_json = dir.path() / "vocab.json", merges = dir.path() / "merges.txt";
   std::ofstream(merges) << "#version: 0.2\n";
-  for (const char* text : {R"({"model": 3})", R"({"model": {"type": 3}})",
-                           R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": 5})",
-                           R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [7]})"}) {
+  for (
+      const char* text :
+      {R"({"model": 3})", R"({"model": {"type": 3}})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": 5})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [7]})",
+       // An added token's id that is no integer, or out of range (a float of
+       // 2.6e90 once reached an int conversion, undefined behaviour).
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"special": true, "id": 2.6e90}]})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"special": true, "id": 1e12}]})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"special": true, "id": 1000000000000}]})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"special": true, "id": -3}]})",
+       R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"special": true}]})"}) {
     std::ofstream(tokenizer_json) << text;
     try {
       load_huggingface_bpe(tokenizer_json);

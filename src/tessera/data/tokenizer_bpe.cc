@@ -543,8 +543,18 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {
     fail(ErrorKind::kIo, "{}: byte_fallback BPE is SentencePiece-style; use the tokenizer's .model file",
          where);
   StringMap<int32_t> specials;
-  for (const json& t : j.value("added_tokens", json::array()))
-    if (t.value("special", false)) specials.emplace(t.value("content", ""), t.value("id", -1));
+  for (const json& t : j.value("added_tokens", json::array())) {
+    if (!t.value("special", false)) continue;
+    const std::string content = t.value("content", "");
+    const json& id = t.value("id", json());
+    if (!id.is_number_integer())
+      fail(ErrorKind::kIo, "{}: the id of added token \"{}\" is not an integer", where, content);
+    const int64_t value = id.get<int64_t>();
+    if (value < 0 || value > kMaxTokenId)
+      fail(ErrorKind::kIo, "{}: added token \"{}\" has id {}, outside [0, {}]", where, content, value,
+           kMaxTokenId);
+    specials.emplace(content, static_cast<int32_t>(value));
+  }
   ByteBpeTokenizer::Vocab v;
   add_vocab(v, model.value("vocab", json::object()), specials, where);
   std::vector<std::pair<std::string, std::string>> merges;
