@@ -177,6 +177,9 @@ TEST_F(Cli, TrainRefusesOptionsNotBuiltYet) {
 // crash, a hang or an ignored key.
 TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
   std::ofstream(dir_ / "not_a_plan.json") << "{\"hello\": 1}\n";
+  // A version that no int holds (reading it as int was undefined behaviour).
+  std::ofstream(dir_ / "float_version.json")
+      << R"({"format": "tessera.compiled_trainstep", "version": 2.6e90})";
   ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
   const std::vector<std::string> common = {"train",
                                            base(),
@@ -193,6 +196,8 @@ TEST_F(Cli, TrainRefusesHostileValuesWithTheirKey) {
   };
   for (const Case& c : std::vector<Case>{
            {{"compiled_trainstep_file=" + (dir_ / "not_a_plan.json").string()},
+            {"compiled_trainstep_file", "is not a plan written by `tessera compile`"}},
+           {{"compiled_trainstep_file=" + (dir_ / "float_version.json").string()},
             {"compiled_trainstep_file", "is not a plan written by `tessera compile`"}},
            {{"compiled_trainstep_file=" + (dir_ / "fifo").string()}, {"is a FIFO"}},
            {{"compiled_trainstep_file=" + dir_.string()}, {"is a folder"}},

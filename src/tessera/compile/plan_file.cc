@@ -142,7 +142,8 @@ json read_plan_file(const std::filesystem::path& path) {
     fail(ErrorKind::kConfig, "config key 'compiled_trainstep_file': {} is not JSON ({})", path.string(),
          e.what());
   }
-  if (!j.is_object() || j.value("format", "") != kPlanFileFormat || j.value("version", 0) != kPlanFileVersion)
+  if (!j.is_object() || j.value("format", "") != kPlanFileFormat ||
+      j.value("version", json()) != json(kPlanFileVersion))
     fail(ErrorKind::kConfig,
          "config key 'compiled_trainstep_file': {} is not a plan written by `tessera compile` (expected "
          "format "
