@@ -32,12 +32,17 @@ Bf16Products choose_products(bool avx512, bool amx_usable, double dot_speedup) {
   return Bf16Products::kF32;
 }
 
+Bf16Products automatic_products(bool avx512) {
+  if (!avx512) return Bf16Products::kF32;
+  const bool amx = amx_bf16_usable();
+  return choose_products(true, amx, amx ? 0.0 : bf16_dot_speedup());
+}
+
 Bf16Products bf16_attention_products() {
   const int p = pinned.load(std::memory_order_relaxed);
   if (p != kAutomatic) return static_cast<Bf16Products>(p);
   if (active_isa() != Isa::kAvx512) return Bf16Products::kF32;
-  static const Bf16Products chosen =
-      choose_products(true, amx_bf16_usable(), amx_bf16_usable() ? 0.0 : bf16_dot_speedup());
+  static const Bf16Products chosen = automatic_products(true);
   return chosen;
 }
 

@@ -21,8 +21,12 @@ std::string_view products_name(Bf16Products p);  // "f32", "vdpbf16ps", "amx"
 // their bf16 dot product outpaces their f32 FMAs by `dot_speedup` >= 1.5, else f32.
 Bf16Products choose_products(bool avx512, bool amx_usable, double dot_speedup);
 
-// What bf16 attention uses now: the pinned choice if one is set, else choose_products() for this
-// CPU and the active ISA (the speed-up measured on first use, a few ms).
+// choose_products() for this CPU with the AVX-512 kernels (avx512) or without them: the dot
+// product's speed-up is measured (a few ms, once per process) only where there is no AMX.
+Bf16Products automatic_products(bool avx512);
+
+// What bf16 attention uses now: the pinned choice if one is set, else automatic_products() for the
+// active ISA.
 Bf16Products bf16_attention_products();
 
 // Pins a choice (tests, benchmarks); nullopt returns to the automatic one. Throws kRuntime when the

@@ -84,9 +84,7 @@ DevicePeak calibrate_cpu_peak(double seconds, Isa isa) {
     p.bf16_flops = std::max(p.bf16_flops, measure(amx::dot_bf16, seconds));
     p.bf16_amx = true;
   }
-  p.bf16_attention =
-      products_name(choose_products(isa == Isa::kAvx512, amx_bf16_usable(),
-                                    isa == Isa::kAvx512 && !amx_bf16_usable() ? bf16_dot_speedup() : 0.0));
+  p.bf16_attention = products_name(automatic_products(isa == Isa::kAvx512));
   return p;
 }
 
