@@ -119,6 +119,33 @@ TEST(Compile, EveryRankClassIsPlanned) {
   EXPECT_LT(c.mfu, 1);
 }
 
+// A cpu target charges oneDNN's copy of the largest weight in its blocked layout, made once the
+// GEMMs have 1024 rows (backends/cpu/onednn_matmul.h); a GPU target does not.
+TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
+  const CpuMachine machine{.cores = 2,
+                           .f32_flops = 1e11,
+                           .bf16_flops = 1e11,
+                           .gemm_f32_flops = 8e10,
+                           .memory_bytes = 16 * kGiB,
+                           .bandwidth_bytes_per_s = 1e10};
+  auto memory = [&](const std::string& topology, const std::string& batch, const std::string& dtype) {
+    const Topology t = resolve_topology(catalogue(), topology, 1, &machine);
+    const Config cfg = load_config(
+        base_config(), small({"per_device_batch_size=" + batch, "max_target_length=256", "dtype=" + dtype}),
+        {t.num_devices(), 1});
+    return compile_run(cfg, t).memory.at(0);
+  };
+  EXPECT_EQ(memory("cpu-2", "2", "float32").kernels, 0u);  // 512 rows
+  // 1024 rows: the output projection [64, 512] (in f32 its input gradient's B, [512, 64], is as
+  // large; bf16 keeps that one plain).
+  const DeviceMemory cpu = memory("cpu-2", "4", "float32");
+  EXPECT_EQ(cpu.kernels, size_t{64 * 512 * 4});
+  EXPECT_EQ(memory("cpu-2", "4", "bfloat16").kernels, size_t{64 * 512 * 2});
+  const DeviceMemory gpu = memory("h100-80gb-1", "4", "float32");
+  EXPECT_EQ(gpu.kernels, 0u);
+  EXPECT_EQ(cpu.total() - cpu.kernels - cpu.other, gpu.total() - gpu.other);
+}
+
 TEST(Compile, ExpertParallelismIsPlanned) {
   const CompiledRun c = compile_on(
       "h100-80gb-2", small({"model_name=mixtral-test", "ici_expert_parallelism=2", "remat_policy=none"}));

@@ -20,9 +20,11 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/backends/cpu/onednn_matmul.h"
+#include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
 
@@ -209,6 +211,34 @@ TEST(Matmul, FromTheBlockedCopyOfB) {
   // The weight gradient (trans_a) and short GEMMs keep B as it is.
   EXPECT_FALSE(reorders_b({.m = 1030, .n = 67, .k = 130, .trans_a = true}));
   EXPECT_FALSE(reorders_b({.m = 1000, .n = 67, .k = 130}));
+}
+
+// tessera compile predicts the blocked copy's size without oneDNN (blocked_b_copy_bytes): on an
+// AVX-512 CPU it is oneDNN's own size, padding included (K 130 -> 144 in f32, 160 in bf16; N 67 ->
+// 128); elsewhere the same GEMMs copy B, in blocks of oneDNN's choosing.
+TEST(Matmul, BlockedCopySizeIsPredicted) {
+  const bool avx512 = isa_supported(Isa::kAvx512);
+  const std::vector<std::pair<int64_t, int64_t>> nk = {{768, 768}, {2048, 768}, {768, 32000},
+                                                       {67, 130},  {130, 67},   {1000, 1000}};
+  for (DType ab : {DType::kF32, DType::kBF16}) {
+    if (ab == DType::kBF16 && !avx512) continue;  // no bf16 GEMM there (OnednnErrorsBecomeRuntimeErrors)
+    for (bool trans_b : {false, true})
+      for (const auto& [n, k] : nk)
+        for (int64_t m : {1000, 1030}) {
+          const cpu::GemmShape g{.m = m, .n = n, .k = k, .trans_b = trans_b, .ab_dtype = ab};
+          const size_t predicted = cpu::blocked_b_copy_bytes(g), actual = cpu::onednn_matmul_blocked_bytes(g);
+          if (avx512)
+            EXPECT_EQ(predicted, actual) << cpu::gemm_shape_str(g);
+          else
+            EXPECT_EQ(predicted > 0, actual > 0) << cpu::gemm_shape_str(g);
+        }
+  }
+  EXPECT_EQ(cpu::blocked_b_copy_bytes({.m = 1030, .n = 67, .k = 130}), size_t{144 * 128 * 4});
+  EXPECT_EQ(cpu::blocked_b_copy_bytes({.m = 1030, .n = 67, .k = 130, .ab_dtype = DType::kBF16}),
+            size_t{160 * 128 * 2});
+  EXPECT_EQ(cpu::blocked_b_copy_bytes({.m = 1030, .n = 67, .k = 130, .trans_a = true}), 0u);
+  // Over 128 MiB (a large vocabulary's output projection): no copy.
+  EXPECT_EQ(cpu::blocked_b_copy_bytes({.m = 8192, .n = 2048, .k = 128256}), 0u);
 }
 
 TEST(Matmul, PrimitivesAreCached) {

@@ -76,6 +76,7 @@ void print_memory(const compile::CompiledRun& run, std::ostream& out) {
   row("optimizer state", w.optimizer);
   row(fmt::format("activations (remat {})", run.cfg.remat_policy).c_str(), w.activations);
   row("collective buffers", w.collective);
+  if (w.kernels > 0) row("kernel buffers (blocked weight copy)", w.kernels);
   row("other (batch inputs, runtime)", w.other);
   const compile::Verdict& v = run.verdict;
   fmt::print(out, "  {:<38} {:>10.3f} GiB of {:.3f} GiB ({})\n", "total", gib(static_cast<double>(v.needed)),

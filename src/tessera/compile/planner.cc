@@ -3,11 +3,37 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/core/error.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/tensor_parallel.h"
 
 namespace tessera::compile {
+
+namespace {
+
+// The largest copy of a weight that oneDNN makes in its blocked layout before a GEMM
+// (backends/cpu/onednn_matmul.h); every GEMM shares one buffer of that size.
+size_t blocked_weight_copy_bytes(const graph::Graph& g) {
+  size_t most = 0;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op != graph::OpKind::kMatmul) continue;
+    const graph::MatmulAttrs& at = n.attr<graph::MatmulAttrs>();
+    const Shape &a = g.value(n.in[0]).shape, &b = g.value(n.in[1]).shape;
+    const backends::GemmShape s{.m = at.trans_a ? a[1] : a[0],
+                                .n = at.trans_b ? b[0] : b[1],
+                                .k = at.trans_a ? a[0] : a[1],
+                                .trans_a = at.trans_a,
+                                .trans_b = at.trans_b,
+                                .ab_dtype = g.value(n.in[0]).dtype};
+    most = std::max(most, cpu::blocked_b_copy_bytes(s));
+  }
+  return most;
+}
+
+}  // namespace
 
 DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device) {
   const graph::MemoryReport& m = plan.memory();
@@ -17,6 +43,8 @@ DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device) {
   d.optimizer = m.optimizer;
   d.activations = m.activations;
   d.collective = m.gathered + m.collective_scratch_estimate;
+  if (device.kind == TargetKind::kCpu && plan.has_graph())
+    d.kernels = blocked_weight_copy_bytes(plan.graph());
   d.other = m.inputs + static_cast<size_t>(device.reserved_bytes);
   return d;
 }

@@ -28,8 +28,9 @@ struct DeviceMemory {
   size_t optimizer = 0;
   size_t activations = 0;  // the planned activation arena (remat_policy applied)
   size_t collective = 0;   // FSDP gather buffers and staging, ZeRO-1 pieces, the communicators' scratch
+  size_t kernels = 0;      // cpu: oneDNN's copy of the largest weight in its blocked layout
   size_t other = 0;        // batch inputs and the runtime's reservation
-  size_t total() const { return params + grads + optimizer + activations + collective + other; }
+  size_t total() const { return params + grads + optimizer + activations + collective + kernels + other; }
 };
 DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device);
 

@@ -213,6 +213,12 @@ class OnednnMatmul {
     return entry(g).impl;
   }
 
+  std::pair<size_t, size_t> buffers(const GemmShape& g) {
+    std::lock_guard lock(mu_);
+    const Entry& e = entry(g);
+    return {e.blocked_bytes, e.scratchpad_bytes};
+  }
+
   size_t cache_size() {
     std::lock_guard lock(mu_);
     return cache_.size();
@@ -338,6 +344,21 @@ void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* g
 
 std::string onednn_matmul_impl(const GemmShape& g) {
   return OnednnMatmul::instance().impl(g);
+}
+
+size_t onednn_matmul_blocked_bytes(const GemmShape& g) {
+  return OnednnMatmul::instance().buffers(g).first;
+}
+
+size_t onednn_matmul_scratchpad_bytes(const GemmShape& g) {
+  return OnednnMatmul::instance().buffers(g).second;
+}
+
+size_t blocked_b_copy_bytes(const GemmShape& g) {
+  if (!prefers_blocked_b(g)) return 0;
+  const int64_t k_block = g.ab_dtype == DType::kBF16 ? 32 : 16, n_block = 64;
+  const int64_t k = (g.k + k_block - 1) / k_block * k_block, n = (g.n + n_block - 1) / n_block * n_block;
+  return static_cast<size_t>(k * n) * dtype_size(g.ab_dtype);
 }
 
 size_t onednn_matmul_cache_size() {

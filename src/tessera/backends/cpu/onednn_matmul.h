@@ -64,6 +64,18 @@ void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* g
 // (e.g. "brg:avx512_core"); creates and caches the primitive if needed. For benchmarks and logs.
 std::string onednn_matmul_impl(const GemmShape& g);
 
+// The two shared buffers a call of `g` needs, in bytes (creates and caches the primitive if
+// needed): its copy of B in oneDNN's blocked layout (0 where B runs from the caller's layout) and
+// its scratchpad.
+size_t onednn_matmul_blocked_bytes(const GemmShape& g);
+size_t onednn_matmul_scratchpad_bytes(const GemmShape& g);
+
+// The blocked copy's size without asking oneDNN (tessera compile's memory prediction): 0 where B
+// runs from the caller's layout, else K x N elements padded to the blocks oneDNN 2.6's AVX-512
+// brgemm uses (K to 16 in f32 and 32 in bf16, N to 64). onednn_matmul_blocked_bytes on an AVX-512
+// CPU gives the same figure (tested); other CPUs may block differently.
+size_t blocked_b_copy_bytes(const GemmShape& g);
+
 // Number of cached primitives, and the size of the shared scratchpad in bytes.
 size_t onednn_matmul_cache_size();
 size_t onednn_matmul_scratchpad_bytes();
