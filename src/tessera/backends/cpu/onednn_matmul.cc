@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -12,8 +13,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tessera/backends/cpu/vector_kernels.h"
 #include "tessera/core/arena.h"
-#include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 
 namespace tessera::cpu {
@@ -86,11 +87,8 @@ bool prefers_blocked_b(const GemmShape& g) {
 }
 
 [[noreturn]] void rethrow(const GemmShape& g, const char* stage, const char* what, dnnl_status_t status) {
-  std::string hint;
-  if (g.ab_dtype == DType::kBF16 && status == dnnl_unimplemented && !isa_supported(Isa::kAvx512))
-    hint = " (oneDNN has no bf16 GEMM for CPUs without AVX-512)";
-  fail(ErrorKind::kRuntime, "oneDNN matmul ({}): {} failed: {} [{}]{}", gemm_shape_str(g), stage, what,
-       dnnl_status2str(status), hint);
+  fail(ErrorKind::kRuntime, "oneDNN matmul ({}): {} failed: {} [{}]", gemm_shape_str(g), stage, what,
+       dnnl_status2str(status));
 }
 
 class OnednnMatmul {
@@ -107,6 +105,10 @@ class OnednnMatmul {
 
   // run() with mu_ held.
   void run_cached(const GemmShape& g, const void* a, const void* b, void* c) {
+    if (widens(g))
+      return widened(g, a, b, c, [this](const GemmShape& f, const void* fa, const void* fb, void* fc) {
+        run_cached(f, fa, fb, fc);
+      });
     Entry& e = entry(g);
     // Re-pointing a memory object with a plain (unpadded) layout only stores the pointer.
     dnnl_status_t st = dnnl_memory_set_data_handle(e.a.get(), const_cast<void*>(a));
@@ -135,6 +137,11 @@ class OnednnMatmul {
   // cached primitive, so that the ragged groups of a grouped GEMM, whose sizes change every step,
   // reuse one primitive per (N, K, flags). The memory objects carry the group's actual dims.
   void run_ragged(const GemmShape& g, bool rows_are_k, const void* a, const void* b, void* c) {
+    if (widens(g))
+      return widened(g, a, b, c,
+                     [this, rows_are_k](const GemmShape& f, const void* fa, const void* fb, void* fc) {
+                       run_ragged(f, rows_are_k, fa, fb, fc);
+                     });
     GemmShape key = g;
     (rows_are_k ? key.k : key.m) = 0;  // the runtime dimension
     Entry& e = ragged_entry(key, rows_are_k);
@@ -210,13 +217,19 @@ class OnednnMatmul {
 
   std::string impl(const GemmShape& g) {
     std::lock_guard lock(mu_);
+    if (widens(g)) return entry(as_f32(g)).impl + " (bf16 widened to f32)";
     return entry(g).impl;
   }
 
   std::pair<size_t, size_t> buffers(const GemmShape& g) {
     std::lock_guard lock(mu_);
-    const Entry& e = entry(g);
+    const Entry& e = entry(widens(g) ? as_f32(g) : g);
     return {e.blocked_bytes, e.scratchpad_bytes};
+  }
+
+  size_t widened_bytes() {
+    std::lock_guard lock(mu_);
+    return widened_.capacity();
   }
 
   size_t cache_size() {
@@ -238,6 +251,113 @@ class OnednnMatmul {
       fail(ErrorKind::kRuntime, "oneDNN: cannot create the CPU engine and stream: {} [{}]", e.what(),
            dnnl_status2str(e.status));
     }
+    // Whether oneDNN has a bf16 GEMM on this CPU (2.6 needs AVX-512): asked once, on a small shape.
+    try {
+      const dnnl::memory::desc md({16, 16}, dnnl::memory::data_type::bf16, dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine_);
+      native_bf16_ = true;
+    } catch (const dnnl::error&) {  // unimplemented (or any other failure): widen, which runs everywhere
+    }
+  }
+
+  // ---- bf16 on CPUs where oneDNN has no bf16 GEMM ----------------------------------------------
+  // The operands are widened to f32 (exactly), oneDNN's f32 GEMM runs, and a bf16 C is rounded once
+  // at the end: what oneDNN's own bf16 GEMM computes (products of bf16 values summed in f32, C
+  // rounded once), in another summation order. The f32 copies live in one shared buffer (widened_),
+  // grown like the scratchpad when a larger GEMM first runs and never in steady state. To bound it,
+  // a GEMM is widened in chunks of rows: M when A is not transposed (A's and C's rows; B is widened
+  // whole, once), K when A is transposed and B is not (A's and B's rows; the chunks after the first
+  // accumulate into C, kept in f32 until the last). A GEMM with both transposed is widened whole.
+  static constexpr size_t kWidenedChunkBytes = size_t{256} << 20;
+
+  bool widens(const GemmShape& g) const {
+    return g.ab_dtype == DType::kBF16 && (!native_bf16_ || force_widened_);
+  }
+
+ public:
+  bool native_bf16() const { return native_bf16_; }
+  void force_widened(bool on, size_t chunk_bytes) {
+    std::lock_guard lock(mu_);
+    force_widened_ = on;
+    widened_chunk_bytes_ = chunk_bytes;
+  }
+
+ private:
+  static GemmShape as_f32(GemmShape g) {
+    g.ab_dtype = g.c_dtype = DType::kF32;
+    return g;
+  }
+
+  template <typename RunF32>
+  void widened(const GemmShape& g, const void* a, const void* b, void* c, RunF32&& run_f32) {
+    const VectorKernels& vk = vector_kernels();
+    const auto* a16 = static_cast<const uint16_t*>(a);
+    const auto* b16 = static_cast<const uint16_t*>(b);
+    const bool c_bf16 = g.c_dtype == DType::kBF16;
+    const bool split_m = !g.trans_a, split_k = g.trans_a && !g.trans_b;
+    const int64_t rows = split_m ? g.m : g.k;
+    // f32 elements widened whole, and per chunk row.
+    int64_t whole = 0, per_row = 0;
+    if (split_m) {
+      whole = g.k * g.n;
+      per_row = g.k + (c_bf16 ? g.n : 0);
+    } else if (split_k) {
+      whole = c_bf16 ? g.m * g.n : 0;
+      per_row = g.m + g.n;
+    } else {
+      whole = g.m * g.k + g.k * g.n + (c_bf16 ? g.m * g.n : 0);
+    }
+    int64_t chunk = rows;
+    if (per_row > 0) {
+      const int64_t budget = static_cast<int64_t>(widened_chunk_bytes_ / sizeof(float));
+      const int64_t fit = (budget - whole) / per_row;
+      if (fit < rows) chunk = std::max<int64_t>(fit / 64 * 64, std::min<int64_t>(rows, 1024));
+    }
+    const size_t need = static_cast<size_t>(whole + (per_row > 0 ? chunk * per_row : 0)) * sizeof(float);
+    if (need > widened_.capacity()) {
+      widened_ = Arena();
+      widened_ = Arena(need, "bf16 GEMM widened to f32");
+    }
+    auto* buf = reinterpret_cast<float*>(widened_.base());
+    GemmShape f = as_f32(g);
+    if (per_row == 0) {  // both transposed: widened whole
+      float *af = buf, *bf = af + g.m * g.k, *cf = bf + g.k * g.n;
+      vk.bf16_to_f32(a16, af, g.m * g.k);
+      vk.bf16_to_f32(b16, bf, g.k * g.n);
+      if (c_bf16 && g.accumulate) vk.bf16_to_f32(static_cast<const uint16_t*>(c), cf, g.m * g.n);
+      run_f32(f, af, bf, c_bf16 ? cf : c);
+      if (c_bf16) vk.f32_to_bf16(cf, static_cast<uint16_t*>(c), g.m * g.n);
+      return;
+    }
+    if (split_m) {  // B whole, then A and C by chunks of rows
+      float *bf = buf, *af = bf + g.k * g.n, *cf = af + chunk * g.k;
+      vk.bf16_to_f32(b16, bf, g.k * g.n);
+      for (int64_t r = 0; r < g.m; r += chunk) {
+        f.m = std::min(chunk, g.m - r);
+        vk.bf16_to_f32(a16 + r * g.k, af, f.m * g.k);
+        if (!c_bf16) {
+          run_f32(f, af, bf, static_cast<float*>(c) + r * g.n);
+          continue;
+        }
+        uint16_t* c16 = static_cast<uint16_t*>(c) + r * g.n;
+        if (g.accumulate) vk.bf16_to_f32(c16, cf, f.m * g.n);
+        run_f32(f, af, bf, cf);
+        vk.f32_to_bf16(cf, c16, f.m * g.n);
+      }
+      return;
+    }
+    // split_k: C whole (in f32 when it is bf16), A and B by chunks of the reduction
+    float *cf = c_bf16 ? buf : static_cast<float*>(c), *af = buf + (c_bf16 ? g.m * g.n : 0),
+          *bf = af + chunk * g.m;
+    if (c_bf16 && g.accumulate) vk.bf16_to_f32(static_cast<const uint16_t*>(c), cf, g.m * g.n);
+    for (int64_t r = 0; r < g.k; r += chunk) {
+      f.k = std::min(chunk, g.k - r);
+      f.accumulate = g.accumulate || r > 0;
+      vk.bf16_to_f32(a16 + r * g.m, af, f.k * g.m);
+      vk.bf16_to_f32(b16 + r * g.n, bf, f.k * g.n);
+      run_f32(f, af, bf, cf);
+    }
+    if (c_bf16) vk.f32_to_bf16(cf, static_cast<uint16_t*>(c), g.m * g.n);
   }
 
   Entry& entry(const GemmShape& g) {
@@ -329,6 +449,10 @@ class OnednnMatmul {
   std::unordered_map<Key, Entry, KeyHash> ragged_;  // the grouped GEMM's runtime-row primitives
   Arena scratchpad_;  // shared by all primitives; capacity 0 until one needs scratch
   Arena blocked_;     // the blocked copy of B, shared likewise (calls are serialised)
+  Arena widened_;     // bf16 operands widened to f32 where oneDNN has no bf16 GEMM (widened())
+  bool native_bf16_ = false;
+  bool force_widened_ = false;  // tests: widen even where oneDNN has a bf16 GEMM
+  size_t widened_chunk_bytes_ = kWidenedChunkBytes;
 };
 
 }  // namespace
@@ -359,6 +483,18 @@ size_t blocked_b_copy_bytes(const GemmShape& g) {
   const int64_t k_block = g.ab_dtype == DType::kBF16 ? 32 : 16, n_block = 64;
   const int64_t k = (g.k + k_block - 1) / k_block * k_block, n = (g.n + n_block - 1) / n_block * n_block;
   return static_cast<size_t>(k * n) * dtype_size(g.ab_dtype);
+}
+
+bool onednn_matmul_native_bf16() {
+  return OnednnMatmul::instance().native_bf16();
+}
+
+void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes) {
+  OnednnMatmul::instance().force_widened(on, chunk_bytes);
+}
+
+size_t onednn_matmul_widened_bytes() {
+  return OnednnMatmul::instance().widened_bytes();
 }
 
 size_t onednn_matmul_cache_size() {

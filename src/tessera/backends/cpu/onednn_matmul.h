@@ -12,7 +12,12 @@
 //     into the layout oneDNN prefers before each call (one reorder, 1-2 % of the GEMM), which its
 //     brgemm runs 5-50 % faster; the copy lives in one shared buffer like the scratchpad
 //     (onednn_matmul.cc says when);
-//   - bf16 inputs accumulate in f32 inside oneDNN; a bf16 C is rounded once, at the end;
+//   - bf16 inputs accumulate in f32 inside oneDNN; a bf16 C is rounded once, at the end. Where
+//     oneDNN has no bf16 GEMM (2.6 needs AVX-512; AVX2-only CPUs such as AMD EPYC before Zen 4),
+//     the operands are widened to f32 exactly, the f32 GEMM runs, and a bf16 C is rounded once:
+//     the same products and rounding in another summation order, at the f32 GEMM's speed plus the
+//     widening (one pass over each operand). The f32 copies live in one shared buffer, by chunks
+//     of rows bounded to 256 MiB where the shape allows (onednn_matmul.cc);
 //   - the scratchpad is one Tessera-owned buffer shared by every cached primitive
 //     (scratchpad_mode::user), grown when a primitive that needs more is created and never in
 //     steady state. oneDNN's own library mode would also allocate only at creation, but either per
@@ -34,8 +39,7 @@
 // thread).
 //
 // Left out: batched GEMM, bias, runtime dimensions outside the grouped GEMM (one primitive per M is
-// cheap at training sizes, where M = B*T is fixed), f16/fp8, and a bf16 path for CPUs without AVX-512
-// (oneDNN 2.6 has no bf16 GEMM for AVX2; such a call fails with a kRuntime error that says so).
+// cheap at training sizes, where M = B*T is fixed), f16/fp8.
 #pragma once
 
 #include <cstddef>
@@ -73,12 +77,21 @@ size_t onednn_matmul_scratchpad_bytes(const GemmShape& g);
 // The blocked copy's size without asking oneDNN (tessera compile's memory prediction): 0 where B
 // runs from the caller's layout, else K x N elements padded to the blocks oneDNN 2.6's AVX-512
 // brgemm uses (K to 16 in f32 and 32 in bf16, N to 64). onednn_matmul_blocked_bytes on an AVX-512
-// CPU gives the same figure (tested); other CPUs may block differently.
+// CPU gives the same figure (tested); elsewhere it is an upper bound (AVX2's gemm:jit copies only
+// a transposed B, unpadded; tested).
 size_t blocked_b_copy_bytes(const GemmShape& g);
 
 // Number of cached primitives, and the size of the shared scratchpad in bytes.
 size_t onednn_matmul_cache_size();
 size_t onednn_matmul_scratchpad_bytes();
+
+// Whether oneDNN runs bf16 GEMMs natively on this CPU (else they are widened to f32), and the
+// size of the widened operands' shared buffer in bytes (0 until a widened GEMM ran).
+bool onednn_matmul_native_bf16();
+size_t onednn_matmul_widened_bytes();
+// For tests: widen bf16 GEMMs even where oneDNN has them (`on`), in chunks of at most
+// `chunk_bytes` of f32 operands (at least 1024 rows a chunk); the default is 256 MiB.
+void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes = size_t{256} << 20);
 
 // "shape M x N x K, trans_a, trans_b, bf16 x bf16 -> f32, accumulate", for messages.
 std::string gemm_shape_str(const GemmShape& g);
