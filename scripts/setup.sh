@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  ccache                 # compiler cache: a rebuild of an unchanged file (a fresh clone, CI) is a copy
   libdnnl-dev            # oneDNN: the GEMM library behind ops::matmul
   libyaml-cpp-dev        # configs
   nlohmann-json3-dev     # manifests, metrics
@@ -58,6 +59,8 @@ done
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON
+  launcher=()
+  command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON "${launcher[@]}"
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"
