@@ -1,7 +1,9 @@
 // Training throughput of a configured model: builds the Trainer from a config (default: the
 // llama-125m preset at batch 8 x 1024 tokens) and runs warm-up plus measured steps, then prints
 // the median step's model TFLOP/s, tokens/s and MFU as one JSON line per run. The peak used for
-// MFU is printed too, so a reference (tools/torch_train_bench.py) can divide by the same number.
+// MFU is printed too, so a reference (tools/torch_train_bench.py) can divide by the same number,
+// with the hardware rate (every FLOP executed, recompute included), its fraction of that peak (HFU)
+// and what the bf16 peak stands on: vdpbf16ps's one-thread rate over the f32 FMAs', and AMX.
 //
 //   build/train_bench [--warmup 2] [--steps 10] configs/base.yml model_name=llama-125m dtype=bfloat16 ...
 #include <fmt/format.h>
@@ -13,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backends/cpu/peak.h"
 #include "tessera/config/config.h"
+#include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
 #include "tessera/train/trainer.h"
 
@@ -78,11 +82,14 @@ int main(int argc, char** argv) {
                      "{{\"impl\": \"tessera\", \"dtype\": \"{}\", \"remat_policy\": \"{}\", "
                      "\"step_seconds\": {:.4f}, "
                      "\"tflops_per_device\": {:.4f}, \"tokens_per_second\": {:.1f}, \"mfu\": {:.4f}, "
-                     "\"peak_gflops\": {:.1f}, \"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
+                     "\"hw_tflops_per_device\": {:.4f}, \"hfu\": {:.4f}, "
+                     "\"peak_gflops\": {:.1f}, \"bf16_dot_speedup\": {:.2f}, \"amx\": {}, "
+                     "\"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
                      "\"peak_rss_bytes\": {}, \"loss\": {:.4f}}}",
                      cfg.dtype, cfg.remat_policy, med.seconds, med.tflops_per_device, med.tokens_per_device,
-                     med.mfu, med.tflops_per_device * 1e3 / med.mfu, trainer.startup_seconds(), mem.total(),
-                     peak_rss_kib() * 1024, measured.back().loss)
+                     med.mfu, med.hw_tflops_per_device, med.hfu, med.tflops_per_device * 1e3 / med.mfu,
+                     tessera::cpu::bf16_dot_speedup(), tessera::amx_bf16_usable(), trainer.startup_seconds(),
+                     mem.total(), peak_rss_kib() * 1024, measured.back().loss)
               << std::endl;
   } catch (const tessera::Error& e) {
     std::cerr << "train_bench: " << e.what() << "\n";
