@@ -294,42 +294,26 @@ class OnednnMatmul {
     const auto* a16 = static_cast<const uint16_t*>(a);
     const auto* b16 = static_cast<const uint16_t*>(b);
     const bool c_bf16 = g.c_dtype == DType::kBF16;
-    const bool split_m = !g.trans_a, split_k = g.trans_a && !g.trans_b;
-    const int64_t rows = split_m ? g.m : g.k;
+    // Chunks of M need A's rows contiguous (A not transposed); with both transposed, M is one chunk.
+    const bool split_k = g.trans_a && !g.trans_b, split_m = !g.trans_a;
+    const int64_t rows = split_k ? g.k : g.m;
     // f32 elements widened whole, and per chunk row.
-    int64_t whole = 0, per_row = 0;
-    if (split_m) {
-      whole = g.k * g.n;
-      per_row = g.k + (c_bf16 ? g.n : 0);
-    } else if (split_k) {
-      whole = c_bf16 ? g.m * g.n : 0;
-      per_row = g.m + g.n;
-    } else {
-      whole = g.m * g.k + g.k * g.n + (c_bf16 ? g.m * g.n : 0);
-    }
+    const int64_t whole = split_k ? (c_bf16 ? g.m * g.n : 0) : g.k * g.n;
+    const int64_t per_row = split_k ? g.m + g.n : g.k + (c_bf16 ? g.n : 0);
     int64_t chunk = rows;
-    if (per_row > 0) {
+    if (split_m || split_k) {
       const int64_t budget = static_cast<int64_t>(widened_chunk_bytes_ / sizeof(float));
       const int64_t fit = (budget - whole) / per_row;
       if (fit < rows) chunk = std::max<int64_t>(fit / 64 * 64, std::min<int64_t>(rows, 1024));
     }
-    const size_t need = static_cast<size_t>(whole + (per_row > 0 ? chunk * per_row : 0)) * sizeof(float);
+    const size_t need = static_cast<size_t>(whole + chunk * per_row) * sizeof(float);
     if (need > widened_.capacity()) {
       widened_ = Arena();
       widened_ = Arena(need, "bf16 GEMM widened to f32");
     }
     auto* buf = reinterpret_cast<float*>(widened_.base());
     GemmShape f = as_f32(g);
-    if (per_row == 0) {  // both transposed: widened whole
-      float *af = buf, *bf = af + g.m * g.k, *cf = bf + g.k * g.n;
-      vk.bf16_to_f32(a16, af, g.m * g.k);
-      vk.bf16_to_f32(b16, bf, g.k * g.n);
-      if (c_bf16 && g.accumulate) vk.bf16_to_f32(static_cast<const uint16_t*>(c), cf, g.m * g.n);
-      run_f32(f, af, bf, c_bf16 ? cf : c);
-      if (c_bf16) vk.f32_to_bf16(cf, static_cast<uint16_t*>(c), g.m * g.n);
-      return;
-    }
-    if (split_m) {  // B whole, then A and C by chunks of rows
+    if (!split_k) {  // B whole, then A and C by chunks of rows
       float *bf = buf, *af = bf + g.k * g.n, *cf = af + chunk * g.k;
       vk.bf16_to_f32(b16, bf, g.k * g.n);
       for (int64_t r = 0; r < g.m; r += chunk) {
