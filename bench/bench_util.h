@@ -12,6 +12,7 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/core/dtype.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::bench {
@@ -84,7 +85,7 @@ inline TrainArgs parse_train_args(int argc, char** argv, int warmup, int steps) 
   TrainArgs a;
   a.warmup = warmup;
   a.steps = steps;
-  a.config = TESSERA_SOURCE_DIR "/configs/base.yml";
+  a.config = (tessera::source_dir() / "configs" / "base.yml").string();
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--warmup" && i + 1 < argc)

@@ -26,6 +26,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/cpu_features.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/infer/engine.h"
 #include "tessera/infer/server/scheduler.h"
 #include "tessera/train/trainer.h"
@@ -144,7 +145,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   const int64_t context = o.prompt + o.new_tokens;
-  Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml",
+  Config cfg = load_config(tessera::source_dir().string() + "/configs/base.yml",
                            std::vector<std::string>{"model_name=" + o.model, "dtype=" + o.dtype,
                                                     "max_target_length=" + std::to_string(context)});
   models::ModelSpec spec = models::model_spec_from_config(cfg);

@@ -19,6 +19,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/train/trainer.h"
 
 namespace {
@@ -39,7 +40,7 @@ long peak_rss_kib() {
 int main(int argc, char** argv) {
   int warmup = 2, steps = 10;
   bool profile = false;
-  std::string config = TESSERA_SOURCE_DIR "/configs/base.yml";
+  std::string config = (tessera::source_dir() / "configs" / "base.yml").string();
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -25,8 +25,11 @@ cd "$(dirname "$0")/.."
 JOBS=${HARDENING_JOBS:-"format asan fuzz tidy tsan chaos"}
 RELEASE_BUILD=${BUILD_DIR:-build}
 NPROC=$(nproc)
+# ccache with base_dir at the checkout hashes paths relative to it, so a clone in another folder
+# (CI's) reuses these objects; hash_dir off for the same reason where there is debug info.
 launcher=()
-command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ccache > /dev/null &&
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache")
 SUPP="$PWD/scripts/sanitizers"
 # The CTest names of the tests that launch MPI ranks (mpirun or srun).
 MPI_TESTS='^(MpiCommunicator|KillOneRank|TwoHosts|ParallelTraining|ShardedCheckpointTools|ExpertParallel|TensorParallel|HangWatchdog)'

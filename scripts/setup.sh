@@ -59,8 +59,11 @@ done
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # ccache with base_dir at the checkout hashes paths relative to it, so a clone in another folder
+  # (CI's) reuses these objects; hash_dir off for the same reason where there is debug info.
   launcher=()
-  command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  command -v ccache > /dev/null &&
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache")
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON "${launcher[@]}"
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

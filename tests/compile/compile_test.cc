@@ -12,6 +12,7 @@
 #include "tessera/compile/planner.h"
 #include "tessera/compile/search.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/op_table.h"
 #include "tessera/graph/sharding_expert.h"
 #include "tessera/train/trainer.h"
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 fs::path base_config() {
-  return fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml";
+  return tessera::source_dir() / "configs" / "base.yml";
 }
 
 const Catalogue& catalogue() {

@@ -13,14 +13,16 @@
 #include "tessera/config/config.h"
 #include "tessera/config/schema.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
+#include "testing/data_dir.h"
 
 namespace tessera::testing {
 
 inline std::filesystem::path fixture(const std::string& name) {
-  return std::filesystem::path(TESSERA_TEST_DATA_DIR) / name;
+  return tessera::testing::data_dir() / name;
 }
 inline std::filesystem::path base_config() {
-  return std::filesystem::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml";
+  return tessera::source_dir() / "configs" / "base.yml";
 }
 
 // Runs `body`, expects an Error of `kind` whose message contains every one of `parts`; returns

@@ -11,6 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_bpe.h"
+#include "testing/data_dir.h"
 
 namespace tessera::data {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-const fs::path kFixtures = fs::path(TESSERA_TEST_DATA_DIR) / "fixtures" / "tiny_bpe";
+const fs::path kFixtures = tessera::testing::data_dir() / "fixtures" / "tiny_bpe";
 
 // tests/data/fixtures/tiny_bpe (tools/make_bpe_fixtures.py): byte b is id b; merges, in rank order,
 //   256 he = h+e   257 ll = l+l   258 hell = he+ll   259 hello = hell+o

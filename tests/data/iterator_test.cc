@@ -16,6 +16,7 @@
 #include "tessera/data/prepare.h"
 #include "tessera/data/shard.h"
 #include "tessera/data/tokenizer.h"
+#include "testing/data_dir.h"
 
 namespace tessera::data {
 namespace {
@@ -298,7 +299,7 @@ TEST(Iterator, TextSourceMatchesPreparedShards) {
                                   << R"({"text": "world hello world hello", "id": 3})"
                                   << "\n";
   std::ofstream(text / "c.txt") << "";  // an empty document
-  const fs::path bpe = fs::path(TESSERA_TEST_DATA_DIR) / "fixtures" / "tiny_bpe" / "vocab.json";
+  const fs::path bpe = tessera::testing::data_dir() / "fixtures" / "tiny_bpe" / "vocab.json";
   auto tok = load_tokenizer("huggingface", bpe);
   PrepareDataOptions po;
   po.inputs = {text.string()};

@@ -16,6 +16,7 @@
 #include "tessera/data/files.h"
 #include "tessera/data/shard.h"
 #include "tessera/data/tokenizer.h"
+#include "testing/data_dir.h"
 
 namespace tessera::data {
 namespace {
@@ -25,8 +26,7 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 std::unique_ptr<Tokenizer> tiny_tokenizer() {
-  return load_tokenizer("tiktoken",
-                        fs::path(TESSERA_TEST_DATA_DIR) / "fixtures" / "tiny_bpe" / "tiny.tiktoken");
+  return load_tokenizer("tiktoken", tessera::testing::data_dir() / "fixtures" / "tiny_bpe" / "tiny.tiktoken");
 }
 
 // Writes the documents as a.txt, b.jsonl (two documents, a blank line, unicode escapes) and c.txt.

@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_sentencepiece.h"
+#include "testing/data_dir.h"
 
 namespace tessera::data {
 namespace {
@@ -114,7 +115,7 @@ TEST(SentencePiece, BadOptionsAndFiles) {
 // A model with an empty piece (fixtures/empty_piece.model, found by fuzz/sentencepiece_fuzz.cc)
 // makes SentencePiece's trie builder throw rather than return a status: still kIo naming the file.
 TEST(SentencePiece, MalformedModelIsAnIoErrorNamingTheFile) {
-  const fs::path model = fs::path(TESSERA_TEST_DATA_DIR) / "fixtures" / "empty_piece.model";
+  const fs::path model = tessera::testing::data_dir() / "fixtures" / "empty_piece.model";
   try {
     load_sentencepiece(model);
     FAIL() << "loaded " << model;

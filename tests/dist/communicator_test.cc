@@ -12,6 +12,7 @@
 #include "dist_test_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/mpi_communicator.h"
 
@@ -47,7 +48,7 @@ TEST(SingleProcessCommunicator, CollectivesAreIdentities) {
 }
 
 Config config_for(std::vector<std::string> o, DeviceCount dev = {}) {
-  return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o, dev);
+  return load_config(tessera::source_dir().string() + "/configs/base.yml", o, dev);
 }
 
 TEST(Mesh, OneDeviceHasSizeOneEverywhere) {

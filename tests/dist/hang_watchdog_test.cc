@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "dist_test_util.h"
+#include "tessera/core/source_dir.h"
 
 namespace tessera {
 namespace {
@@ -34,7 +35,7 @@ TEST(HangWatchdog, NamesTheRankThatSleepsInACollective) {
   std::string cmd = "TESSERA_TEST_SLEEP_IN_COLLECTIVE=1:4:60 " + testing::mpirun(2) +
                     " -x TESSERA_TEST_SLEEP_IN_COLLECTIVE " +
                     testing::shell_quote(testing::tessera_binary().string()) + " train " +
-                    testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml");
+                    testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
   for (const std::string& a : args) cmd += " " + testing::shell_quote(a);
   const auto t0 = std::chrono::steady_clock::now();
   const testing::CommandResult r = testing::run_command(cmd, 50);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
+#include "tessera/core/source_dir.h"
 
 namespace tessera {
 namespace {
@@ -34,7 +35,7 @@ std::string train_command(const fs::path& out, const std::string& run) {
                                          "device_peak_tflops=1",
                                          "enable_tensorboard=false"};
   std::string s = testing::mpirun(2) + " " + testing::shell_quote(testing::tessera_binary().string()) +
-                  " train " + testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml");
+                  " train " + testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
   for (const std::string& a : args) s += " " + testing::shell_quote(a);
   return s;
 }

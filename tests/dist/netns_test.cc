@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "dist_test_util.h"
+#include "tessera/core/source_dir.h"
+#include "testing/data_dir.h"
 
 namespace tessera {
 namespace {
@@ -39,8 +41,9 @@ TEST(TwoHosts, DcnDataParallelOverVethEqualsOneHost) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (Debian: openmpi-bin)";
   testing::TempDir dir("dist-netns");
   const std::string bin = testing::shell_quote(testing::tessera_binary().string());
-  const std::string cfg = testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml");
-  const std::string script = testing::shell_quote(std::string(TESSERA_TEST_DATA_DIR) + "/netns_two_hosts.sh");
+  const std::string cfg = testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
+  const std::string script =
+      testing::shell_quote(tessera::testing::data_dir().string() + "/netns_two_hosts.sh");
 
   std::vector<std::string> two = overrides(dir.path, "two_hosts");
   two.push_back("dcn_data_parallelism=2");

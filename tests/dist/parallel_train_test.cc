@@ -20,6 +20,7 @@
 
 #include "dist_test_util.h"
 #include "tessera/checkpoint/checkpoint.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/plan.h"
 #include "tessera/models/decoder.h"
 #include "tessera/train/trainer.h"
@@ -70,7 +71,7 @@ CommandResult train(int np, const fs::path& out, const std::string& run, std::ve
     args.push_back(e);
   }
   const std::string bin = testing::shell_quote(testing::tessera_binary().string());
-  const std::string cfg = testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml");
+  const std::string cfg = testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
   const std::string launch = np == 1 ? "" : testing::mpirun(np) + " ";
   return testing::run_command(launch + bin + " train " + cfg + join_args(args), 120);
 }
@@ -79,7 +80,7 @@ CommandResult train(int np, const fs::path& out, const std::string& run, std::ve
 std::unique_ptr<graph::Plan> load_params(const fs::path& dir, const std::string& model = "llama-test") {
   std::vector<std::string> o = {"model_name=" + model, "dtype=float32", "max_target_length=16",
                                 "per_device_batch_size=1"};
-  Config cfg = load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", o);
+  Config cfg = load_config(tessera::source_dir() / "configs" / "base.yml", o);
   graph::Graph g;
   models::build_decoder(g, models::model_spec_from_config(cfg));
   auto plan = std::make_unique<graph::Plan>(std::move(g), graph::PlanOptions{});

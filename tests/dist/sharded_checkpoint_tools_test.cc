@@ -13,6 +13,7 @@
 #include "dist_test_util.h"
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 
 namespace tessera {
 namespace {
@@ -33,15 +34,15 @@ CommandResult train(int np, const fs::path& out, const std::string& run) {
       std::to_string(4 / np) + " run_name=" + run + " base_output_directory=" + q(out.string());
   const std::string launch = np == 1 ? "" : testing::mpirun(np) + " ";
   return testing::run_command(launch + q(testing::tessera_binary().string()) + " train " +
-                                  q(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml") + args,
+                                  q(tessera::source_dir().string() + "/configs/base.yml") + args,
                               120);
 }
 
 std::string decode_text(const fs::path& ckpt) {
-  const std::string tok = std::string(TESSERA_SOURCE_DIR) + "/tests/data/fixtures/tiny_bpe/tiny.tiktoken";
+  const std::string tok = tessera::source_dir().string() + "/tests/data/fixtures/tiny_bpe/tiny.tiktoken";
   CommandResult r = testing::run_command(
       q(testing::tessera_binary().string()) + " decode " +
-          q(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml") +
+          q(tessera::source_dir().string() + "/configs/base.yml") +
           " model_name=llama-test dtype=float32 max_target_length=16 max_prefill_predict_length=8 "
           "per_device_batch_size=1 num_threads=1 tokenizer_type=tiktoken tokenizer_path=" +
           q(tok) + " prompt=hello load_parameters_path=" + q(ckpt.string()) + " 2>/dev/null",

@@ -12,6 +12,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/plan.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
@@ -32,7 +33,7 @@ MeshSizes sizes(int64_t data, int64_t fsdp, int64_t tensor) {
 
 std::vector<AxisRule> default_rules() {
   const std::vector<std::string> o = {"model_name=llama-test"};
-  return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o).logical_axis_rules;
+  return load_config(tessera::source_dir().string() + "/configs/base.yml", o).logical_axis_rules;
 }
 
 TEST(LogicalAxisRules, MaxTextsDefaultsPutEmbedOnFsdpAndHeadsOnTensor) {

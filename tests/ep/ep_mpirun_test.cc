@@ -25,6 +25,7 @@
 
 #include "dist/dist_test_util.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "testing/op_test_util.h"
 #include "testing/process_util.h"
 
@@ -63,7 +64,7 @@ class ExpertParallelMpirun : public ::testing::Test {
                       : np > 1          ? testing::mpirun(np) + " "
                                         : "OMP_NUM_THREADS=1 ";
     cmd += shell_quote(tessera_binary().string()) + " train " +
-           shell_quote((fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string());
+           shell_quote((tessera::source_dir() / "configs" / "base.yml").string());
     const std::vector<std::string> args = {"run_name=" + run,
                                            "base_output_directory=" + dir_.path.string(),
                                            std::string("model_name=") + model.name,
@@ -146,7 +147,7 @@ TEST_F(ExpertParallelMpirun, MixtralEp2TimesFsdp2UnderSlurmsSrunTrainsLikeMpirun
         0)
       GTEST_SKIP() << tool << " is not installed (Debian: slurm-wlm, scripts/setup.sh)";
   const std::vector<std::string> mesh = {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"};
-  const fs::path script = fs::path(TESSERA_SOURCE_DIR) / "tests" / "dist" / "slurm_one_node.sh";
+  const fs::path script = tessera::source_dir() / "tests" / "dist" / "slurm_one_node.sh";
   const auto srun = train(kMixtral, "srun", 4, mesh, kSteps, 4,
                           "SLURM_ONE_NODE_LIMIT_S=150 OMP_NUM_THREADS=1 " + shell_quote(script.string()) +
                               " srun -n 4 --mpi=pmix");

@@ -8,6 +8,7 @@
 
 #include "tessera/compile/planner.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/sharding_expert.h"
 
@@ -20,7 +21,7 @@ Config config(std::vector<std::string> overrides, int devices) {
   overrides.insert(overrides.end(),
                    {"model_name=mixtral-test", "max_target_length=32", "dtype=float32", "steps=1",
                     "enable_checkpointing=false", "enable_tensorboard=false", "remat_policy=none"});
-  return load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", overrides, {devices, 1});
+  return load_config(tessera::source_dir() / "configs" / "base.yml", overrides, {devices, 1});
 }
 
 dist::MeshSizes coords_with(MeshAxis axis, int64_t c) {

@@ -16,6 +16,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/param_sync.h"
 #include "tessera/graph/workspace.h"
 #include "tessera/models/decoder.h"
@@ -32,7 +33,7 @@ using graph::PlanSpec;
 
 std::vector<AxisRule> default_rules() {
   const std::vector<std::string> o = {"model_name=llama-test"};
-  return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o).logical_axis_rules;
+  return load_config(tessera::source_dir().string() + "/configs/base.yml", o).logical_axis_rules;
 }
 
 // E 16, H 2, K 2, D 8, F 24, L 3, V 37 (odd: the vocabulary never splits over 2), B 1, T 4.
@@ -390,7 +391,7 @@ size_t rss_bytes() {
 TEST(PlanSpec, BuildingLlama3_8bAllocatesNothing) {
   const std::vector<std::string> o = {"model_name=llama3-8b", "per_device_batch_size=2",
                                       "max_target_length=2048"};
-  const Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
+  const Config cfg = load_config(tessera::source_dir().string() + "/configs/base.yml", o);
   models::ModelSpec s = models::model_spec_from_config(cfg);
   const size_t rss0 = rss_bytes();
   const auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/infer/engine.h"
 #include "tessera/train/trainer.h"
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kSource = TESSERA_SOURCE_DIR;
+const fs::path kSource = tessera::source_dir();
 const fs::path kTokenizer = kSource / "tests" / "data" / "fixtures" / "tiny_bpe";
 
 std::string read_all(const fs::path& p) {

@@ -31,6 +31,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/train/trainer.h"
 
 // Counts the allocations made through operator new while g_count_allocations is set (the engine
@@ -293,7 +294,7 @@ TEST(Engine, LoadsParameterFilesAndRefusesOtherModels) {
                                               "max_prefill_predict_length=6",
                                               "dtype=float32",
                                               "logits_via_embedding=false"};
-  Config cfg = load_config(std::filesystem::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", overrides);
+  Config cfg = load_config(tessera::source_dir() / "configs" / "base.yml", overrides);
   const models::ModelSpec spec = models::model_spec_from_config(cfg);
   Reference ref(spec, 13, 21);
   std::vector<NamedTensor> tensors;

@@ -18,6 +18,7 @@
 #include "infer/engine_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/infer/engine.h"
 #include "tessera/models/model_spec.h"
 
@@ -36,7 +37,7 @@ models::ModelSpec preset(const std::string& name, std::vector<std::string> overr
   overrides.push_back("weight_dtype=float32");
   overrides.push_back("override_model_config=true");
   return models::model_spec_from_config(
-      load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", overrides));
+      load_config(tessera::source_dir().string() + "/configs/base.yml", overrides));
 }
 
 struct Family {

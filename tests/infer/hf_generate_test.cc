@@ -18,6 +18,7 @@
 #include "tessera/core/safetensors.h"
 #include "tessera/infer/engine.h"
 #include "tessera/infer/generate.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
@@ -33,7 +34,7 @@ struct HfModel {
   std::vector<std::vector<float>> buffers;  // parameters in Tessera's layout, owned for the source
 
   explicit HfModel(const std::string& name)
-      : dir(fs::path(TESSERA_TEST_DATA_DIR) / "golden" / name),
+      : dir(tessera::testing::data_dir() / "golden" / name),
         weights((dir / "model.safetensors").string()),
         logits((dir / "logits.safetensors").string()) {
     std::ifstream(dir / "config.json") >> config;

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "tessera/core/source_dir.h"
 #include "testing/process_util.h"
 #include "testing/socket_util.h"
 
@@ -103,7 +104,7 @@ class ServerE2e : public ::testing::Test {
     const fs::path ckpt = dir_ / "runs" / "tiny" / "checkpoints" / "2";
     EXPECT_EQ(trained, 0) << text;
     if (!fs::is_directory(ckpt)) return 0;
-    const fs::path tokenizer = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
+    const fs::path tokenizer = tessera::source_dir() / "tests" / "data" / "fixtures" / "tiny_bpe";
     server_ = spawn({"serve", base(), "model_name=llama-test", "load_parameters_path=" + ckpt.string(),
                      "tokenizer_type=huggingface", "tokenizer_path=" + tokenizer.string(), "server_port=0",
                      "per_device_batch_size=4", "max_target_length=" + std::to_string(kContext),
@@ -127,7 +128,7 @@ class ServerE2e : public ::testing::Test {
     return up ? std::stoi(port) : 0;
   }
 
-  std::string base() const { return (fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string(); }
+  std::string base() const { return (tessera::source_dir() / "configs" / "base.yml").string(); }
 
   fs::path dir_;
   Child server_;
@@ -158,8 +159,7 @@ std::string run_client_check(const std::string& url) {
   if (!testing::python_imports("openai"))
     return "'" + py + " -c \"import openai\"' fails: install it with `" + py +
            " -m pip install openai` (scripts/setup.sh does) or point TESSERA_PYTHON at a Python that has it";
-  const std::string script =
-      (fs::path(TESSERA_SOURCE_DIR) / "tests" / "infer" / "openai_client_check.py").string();
+  const std::string script = (tessera::source_dir() / "tests" / "infer" / "openai_client_check.py").string();
   const testing::CommandResult r =
       testing::run_command(shell_quote(py) + " " + shell_quote(script) + " " + url + " llama-test " +
                                std::to_string(kPromptLimit) + " " + std::to_string(kContext),

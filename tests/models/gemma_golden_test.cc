@@ -24,13 +24,15 @@
 #include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/models/decoder.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   std::string block;
@@ -89,7 +91,7 @@ struct Golden {
     std::vector<std::string> o;
     for (const auto& [key, value] : kv) o.push_back(key + "=" + value);
     return models::model_spec_from_config(
-        load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        load_config(tessera::source_dir().string() + "/configs/base.yml", o));
   }
 };
 

@@ -15,15 +15,17 @@
 #include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   nlohmann::json meta;
@@ -32,7 +34,7 @@ struct Golden {
 
   models::ModelSpec spec(DType dtype) const {
     const std::vector<std::string> overrides = {"model_name=gpt2-124m", "run_name=golden"};
-    Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", overrides);
+    Config cfg = load_config(tessera::source_dir().string() + "/configs/base.yml", overrides);
     cfg.decoder_block = "gpt3";
     cfg.trainable_position_size = meta["n_positions"];
     models::ModelSpec s = models::model_spec_from_config(cfg);  // the family's block options

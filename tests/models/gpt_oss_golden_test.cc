@@ -25,15 +25,17 @@
 #include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   nlohmann::json meta;
@@ -59,7 +61,7 @@ struct Golden {
         "rope_attention_scaling=true"};
     if (path == "dense") o.push_back("sparse_matmul=false");
     models::ModelSpec s =
-        models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        models::model_spec_from_config(load_config(tessera::source_dir().string() + "/configs/base.yml", o));
     EXPECT_EQ(meta["layer_types"], (nlohmann::json{"sliding_attention", "full_attention"}));
     s.emb_dim = meta["hidden_size"];
     s.num_query_heads = meta["num_attention_heads"];

@@ -41,10 +41,12 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/train/trainer.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 #include "testing/process_util.h"
 
@@ -54,7 +56,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kGolden = fs::path(TESSERA_TEST_DATA_DIR) / "golden" / "convert";
+const fs::path kGolden = tessera::testing::data_dir() / "golden" / "convert";
 constexpr double kRtol = 1e-5, kAtol = 1e-5;
 
 struct TempDir {
@@ -537,7 +539,7 @@ TEST(Import, CopiesTheTokenizerAndPointsModelYamlAtIt) {
   TempDir tmp;
   // Byte-level BPE files (Llama 3's kind): the folder becomes a huggingface tokenizer path.
   BrokenCopy bpe(tmp, "llama_tied");
-  const fs::path fixture = fs::path(TESSERA_SOURCE_DIR) / "tests" / "data" / "fixtures" / "tiny_bpe";
+  const fs::path fixture = tessera::source_dir() / "tests" / "data" / "fixtures" / "tiny_bpe";
   for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(fixture / f, bpe.dir / f);
   const convert::ConvertReport r = to_tessera(bpe.dir, tmp / "bpe");
   EXPECT_EQ(r.files, (std::vector<std::string>{"params.safetensors", "manifest.json", "model.yml",
@@ -633,7 +635,7 @@ TEST(Import, Llama32RopeFactorsRoundTripThroughTheLlama3Keys) {
   EXPECT_TRUE(has(yaml, "\nllama3_rope_factor: 32\n")) << yaml;
   EXPECT_TRUE(has(yaml, "\nllama3_original_max_position_embeddings: 8192\n")) << yaml;
   const std::vector<std::string> o = {"run_name=x", "model_name=llama3.2-1b"};
-  const Config cfg = load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
+  const Config cfg = load_config(tessera::source_dir().string() + "/configs/base.yml", o);
   const convert::HfModel back = convert::hf_model_from_tessera(cfg);
   EXPECT_EQ(back.fields["rope_scaling"]["factor"], 32.0);
   EXPECT_EQ(back.fields["rope_scaling"]["original_max_position_embeddings"], 8192);
@@ -900,13 +902,13 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
   write_file_atomically(tmp / "tokens.bin",
                         std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
   std::string cmd = py + " " +
-                    testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
+                    testing::shell_quote(tessera::source_dir().string() + "/tools/hf_export_logits.py") +
                     " " + testing::shell_quote((tmp / "tokens.bin").string()) + fmt::format(" {} {}", B, T);
   std::vector<std::vector<double>> want;
   for (size_t m = 0; m < models.size(); ++m) {
     std::vector<std::string> o = common;
     o.insert(o.end(), models[m].begin(), models[m].end());
-    const Config cfg = load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", o);
+    const Config cfg = load_config(tessera::source_dir() / "configs" / "base.yml", o);
     {
       std::ostringstream log;
       train::Trainer(cfg, log).run();
@@ -955,7 +957,7 @@ TEST(Transformers, LoadsEveryFamilysExportWithTesserasLogits) {
   write_file_atomically(tmp / "tokens.bin",
                         std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
   std::string cmd = py + " " +
-                    testing::shell_quote(std::string(TESSERA_SOURCE_DIR) + "/tools/hf_export_logits.py") +
+                    testing::shell_quote(tessera::source_dir().string() + "/tools/hf_export_logits.py") +
                     " " + testing::shell_quote((tmp / "tokens.bin").string()) + fmt::format(" {} {}", B, T);
   std::vector<std::vector<double>> want;
   for (const char* name : kGoldens) {

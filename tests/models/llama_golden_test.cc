@@ -23,12 +23,13 @@
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   nlohmann::json meta;

@@ -21,15 +21,17 @@
 #include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   nlohmann::json meta;
@@ -42,7 +44,7 @@ struct Golden {
     if (path == "dense") o.push_back("sparse_matmul=false");
     if (path == "capacity") o.insert(o.end(), {"sparse_matmul=false", "capacity_factor=8"});
     models::ModelSpec s =
-        models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        models::model_spec_from_config(load_config(tessera::source_dir().string() + "/configs/base.yml", o));
     s.emb_dim = meta["hidden_size"];
     s.num_query_heads = meta["num_attention_heads"];
     s.num_kv_heads = meta["num_key_value_heads"];

@@ -8,6 +8,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/models/decoder.h"
 #include "tessera/ops/rope.h"
 
@@ -23,7 +24,7 @@ struct Preset {
 int64_t params_of(const std::string& model_name) {
   const std::vector<std::string> o = {"model_name=" + model_name, "run_name=presets",
                                       "per_device_batch_size=1", "max_target_length=16"};
-  return models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o))
+  return models::model_spec_from_config(load_config(tessera::source_dir().string() + "/configs/base.yml", o))
       .num_params();
 }
 
@@ -88,7 +89,7 @@ TEST(Presets, NormalizeEmbeddingLogitsScalesTheTiedLogits) {
     o.insert(o.end(), {"model_name=gpt2-test", "run_name=presets", "override_model_config=true",
                        "max_target_length=16"});
     return models::model_spec_from_config(
-        load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        load_config(tessera::source_dir().string() + "/configs/base.yml", o));
   };
   const models::ModelSpec s = spec({"normalize_embedding_logits=true"});
   graph::Graph g;
@@ -110,7 +111,7 @@ TEST(Presets, Llama32RopeScalingComesFromItsKeys) {
   auto spec = [](std::vector<std::string> o) {
     o.insert(o.end(), {"run_name=presets", "max_target_length=16"});
     return models::model_spec_from_config(
-        load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        load_config(tessera::source_dir().string() + "/configs/base.yml", o));
   };
   const ops::RopeTable table(models::rope_config(spec({"model_name=llama3.2-1b"}), 16));
   EXPECT_EQ(table.config().llama3.factor, 32.0);
@@ -125,7 +126,7 @@ TEST(Presets, AnUnbuiltDecoderBlockNamesTheOnesThisBuildHas) {
   const std::vector<std::string> o = {"model_name=llama-test", "run_name=presets", "decoder_block=deepseek",
                                       "override_model_config=true"};
   try {
-    models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+    models::model_spec_from_config(load_config(tessera::source_dir().string() + "/configs/base.yml", o));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(

@@ -15,15 +15,17 @@
 #include "golden_util.h"
 #include "tessera/config/config.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/graph/executor.h"
 #include "tessera/models/decoder.h"
 #include "tessera/models/init.h"
+#include "testing/data_dir.h"
 #include "testing/op_test_util.h"
 
 namespace tessera {
 namespace {
 
-const std::string kDir = std::string(TESSERA_TEST_DATA_DIR) + "/golden/";
+const std::string kDir = tessera::testing::data_dir().string() + "/golden/";
 
 struct Golden {
   std::string block;
@@ -37,7 +39,7 @@ struct Golden {
     const std::vector<std::string> o = {"model_name=llama-test", "run_name=golden",
                                         "override_model_config=true", "decoder_block=" + block};
     models::ModelSpec s =
-        models::model_spec_from_config(load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o));
+        models::model_spec_from_config(load_config(tessera::source_dir().string() + "/configs/base.yml", o));
     s.emb_dim = meta["hidden_size"];
     s.num_query_heads = meta["num_attention_heads"];
     s.num_kv_heads = meta["num_key_value_heads"];

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/models/tensor_parallel.h"
 
 namespace tessera {
@@ -15,7 +16,7 @@ namespace {
 
 Config load(std::vector<std::string> overrides, int64_t devices) {
   overrides.insert(overrides.begin(), "model_name=llama-test");
-  return load_config(std::filesystem::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", overrides,
+  return load_config(tessera::source_dir() / "configs" / "base.yml", overrides,
                      DeviceCount{.num_devices = devices, .num_slices = 1});
 }
 

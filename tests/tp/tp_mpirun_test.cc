@@ -19,6 +19,7 @@
 
 #include "dist/dist_test_util.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "testing/op_test_util.h"
 #include "testing/process_util.h"
 
@@ -46,7 +47,7 @@ class TensorParallelMpirun : public ::testing::Test {
                                int steps = kSteps) {
     std::string cmd = np > 1 ? testing::mpirun(np) + " " : "OMP_NUM_THREADS=1 ";
     cmd += shell_quote(tessera_binary().string()) + " train " +
-           shell_quote((fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string());
+           shell_quote((tessera::source_dir() / "configs" / "base.yml").string());
     const std::vector<std::string> args = {"run_name=" + run,
                                            "base_output_directory=" + dir_.path.string(),
                                            "steps=" + std::to_string(steps),

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "tessera/checkpoint/checkpoint.h"
+#include "tessera/core/source_dir.h"
 #include "testing/process_util.h"
 
 namespace tessera {
@@ -84,7 +85,7 @@ class CheckpointCli : public ::testing::Test {
   }
   std::vector<std::string> train_args(const std::string& run, std::vector<std::string> extra) const {
     std::vector<std::string> a = {"train",
-                                  (fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml").string(),
+                                  (tessera::source_dir() / "configs" / "base.yml").string(),
                                   "run_name=" + run,
                                   "base_output_directory=" + (dir_ / "runs").string(),
                                   "model_name=llama-test",

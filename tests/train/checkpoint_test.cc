@@ -21,6 +21,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
 #include "tessera/core/safetensors.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera {
@@ -51,7 +52,7 @@ class Checkpoints : public ::testing::Test {
         "log_period=5",          "enable_tensorboard=false",
         "device_peak_tflops=1",  "num_threads=1"};
     o.insert(o.end(), extra.begin(), extra.end());
-    return load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml", o);
+    return load_config(tessera::source_dir() / "configs" / "base.yml", o);
   }
 
   // Runs a trainer to the config's `steps`; returns the metrics of the steps it ran.

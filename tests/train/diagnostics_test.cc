@@ -23,6 +23,7 @@
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/core/stack_trace.h"
 #include "tessera/train/trainer.h"
 
@@ -59,7 +60,7 @@ Config diag_config(const fs::path& out, std::vector<std::string> extra) {
     std::erase_if(o, [&](const std::string& x) { return x.substr(0, x.find('=')) == key; });
     o.push_back(e);
   }
-  return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
+  return load_config(tessera::source_dir().string() + "/configs/base.yml", o);
 }
 
 std::string config_error(const Config& cfg) {

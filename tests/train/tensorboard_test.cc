@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "tessera/core/crc32c.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/train/metrics_writer.h"
 #include "tessera/train/trainer.h"
 #include "testing/process_util.h"
@@ -165,7 +166,7 @@ TEST(TensorBoard, TensorBoardsOwnReaderReadsTheTrainersScalars) {
            "that has it";
   const fs::path dir = make_temp_dir();
   Config cfg =
-      load_config(fs::path(TESSERA_SOURCE_DIR) / "configs" / "base.yml",
+      load_config(tessera::source_dir() / "configs" / "base.yml",
                   std::vector<std::string>{
                       "run_name=tb", "base_output_directory=" + (dir / "runs").string(),
                       "model_name=llama-test", "per_device_batch_size=2", "max_target_length=16", "steps=7",
@@ -176,7 +177,7 @@ TEST(TensorBoard, TensorBoardsOwnReaderReadsTheTrainersScalars) {
     train::Trainer t(cfg, log);
     t.run([&](const train::StepMetrics& m) { ms.push_back(m); });
   }
-  const std::string cmd = py + " " + TESSERA_SOURCE_DIR + "/tools/read_tensorboard.py " +
+  const std::string cmd = py + " " + tessera::source_dir().string() + "/tools/read_tensorboard.py " +
                           (dir / "runs" / "tb" / "tensorboard").string() + " >" +
                           (dir / "read.txt").string() + " 2>" + (dir / "read.err").string();
   const int status = std::system(cmd.c_str());

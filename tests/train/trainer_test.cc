@@ -11,6 +11,7 @@
 
 #include "tessera/config/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 
 namespace tessera {
 namespace {
@@ -29,7 +30,7 @@ Config small_config(std::vector<std::string> extra = {}) {
     if (e.starts_with("model_name=")) o[0] = e;
   std::erase_if(extra, [](const std::string& e) { return e.starts_with("model_name="); });
   o.insert(o.end(), extra.begin(), extra.end());
-  return load_config(std::string(TESSERA_SOURCE_DIR) + "/configs/base.yml", o);
+  return load_config(tessera::source_dir().string() + "/configs/base.yml", o);
 }
 
 TEST(Trainer, NanLossStopsWithTheStepNumber) {

@@ -13,6 +13,7 @@
 #include "tessera/backends/cpu/peak.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/ops/matmul.h"
 
 namespace tessera::compile {
@@ -136,7 +137,7 @@ std::string Catalogue::names() const {
 }
 
 std::filesystem::path default_catalogue_path() {
-  return std::filesystem::path(TESSERA_SOURCE_DIR) / "configs" / "targets.yml";
+  return tessera::source_dir() / "configs" / "targets.yml";
 }
 
 Catalogue parse_catalogue(std::string_view yaml, std::string_view where) {

@@ -18,6 +18,7 @@
 #include "tessera/config/schema.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file.h"
+#include "tessera/core/source_dir.h"
 
 namespace tessera {
 namespace {
@@ -247,7 +248,7 @@ Config default_config() {
 
 std::vector<fs::path> model_search_path(const fs::path& config_file) {
   std::vector<fs::path> dirs = {config_file.parent_path() / "models"};
-  fs::path source_models = fs::path(TESSERA_SOURCE_DIR) / "configs" / "models";
+  fs::path source_models = tessera::source_dir() / "configs" / "models";
   std::error_code ec;
   if (!fs::equivalent(dirs[0], source_models, ec)) dirs.push_back(source_models);
   return dirs;
