@@ -28,7 +28,10 @@
 // reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
 //
 // Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
+//                     [--steps N]
 //   --quick    fewer tokens and repetitions (about a minute for the 125m model).
+//   --steps N  batch-1 decode steps timed (default 16 with --quick, else 64): more for a steadier
+//              figure, or to profile batch-1 decoding alone.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -36,6 +39,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -64,6 +68,7 @@ struct Options {
   std::vector<std::string> dtypes = {"f32", "bf16"};
   bool gemv = true;
   bool engine = true;
+  int steps1 = 0;  // batch-1 decode steps; 0: the default for quick or full
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -254,7 +259,7 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
                       const cpu::DevicePeak& peak) {
   const models::ModelSpec spec = model_spec(model, dtype_from_name(dt));
   const int64_t prefill_len = o.quick ? 64 : 256, prompt = 16;
-  const int steps1 = o.quick ? 16 : 64, stepsb = o.quick ? 4 : 16;
+  const int steps1 = o.steps1 > 0 ? o.steps1 : o.quick ? 16 : 64, stepsb = o.quick ? 4 : 16;
   EngineRow row{model, dt};
   row.prefill_len = prefill_len;
   RandomParameters params(spec);
@@ -374,10 +379,12 @@ int main(int argc, char** argv) {
       o.models = tessera::split(argv[++i]);
     } else if (a == "--dtypes" && i + 1 < argc) {
       o.dtypes = tessera::split(argv[++i]);
+    } else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
+      o.steps1 = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] "
-                   "[--skip-engine]\n");
+                   "[--skip-engine] [--steps N]\n");
       return 2;
     }
   }
