@@ -45,9 +45,25 @@ void check_case(const Case& c, DType in, DType out, bool accumulate, uint64_t se
 }
 
 TEST(Gemv, MatchesReferenceOnAwkwardSizes) {
-  const std::vector<Case> cases = {{1, 1, 1},    {1, 3, 17},   {1, 67, 130},  {1, 9, 4099}, {2, 5, 33},
-                                   {3, 67, 31},  {5, 13, 130}, {7, 9, 64},    {7, 67, 1},   {13, 7, 257},
-                                   {32, 17, 96}, {33, 5, 45},  {1, 1030, 64}, {4, 515, 48}};
+  const std::vector<Case> cases = {{1, 1, 1},
+                                   {1, 3, 17},
+                                   {1, 67, 130},
+                                   {1, 9, 4099},
+                                   {2, 5, 33},
+                                   {3, 67, 31},
+                                   {5, 13, 130},
+                                   {7, 9, 64},
+                                   {7, 67, 1},
+                                   {13, 7, 257},
+                                   {32, 17, 96},
+                                   {33, 5, 45},
+                                   {1, 1030, 64},
+                                   {4, 515, 48},
+                                   // M = 1 with rows of up to and just over 4 KiB of bf16 (AVX2 reads
+                                   // such rows one at a time, the tail zero-padded)
+                                   {1, 40, 1000},
+                                   {1, 67, 2048},
+                                   {1, 5, 2049}};
   testing::for_each_isa([&] {
     uint64_t seed = 1;
     for (const Case& c : cases)
@@ -65,6 +81,7 @@ TEST(Gemv, ThreadedSplitMatchesReference) {
     check_case({1, 1031, 515}, DType::kF32, DType::kF32, false, 11);
     check_case({3, 2053, 300}, DType::kBF16, DType::kF32, true, 12);
     check_case({6, 1029, 600}, DType::kBF16, DType::kBF16, false, 13);
+    check_case({1, 1031, 770}, DType::kBF16, DType::kBF16, true, 14);
   });
 }
 
