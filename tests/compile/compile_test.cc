@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/compile/cost.h"
 #include "tessera/compile/plan_file.h"
 #include "tessera/compile/planner.h"
@@ -121,7 +122,8 @@ TEST(Compile, EveryRankClassIsPlanned) {
 }
 
 // A cpu target charges oneDNN's copy of the largest weight in its blocked layout, made once the
-// GEMMs have 1024 rows (backends/cpu/onednn_matmul.h); a GPU target does not.
+// GEMMs have 1024 rows (backends/cpu/onednn_matmul.h), and on a CPU without a bf16 GEMM the bf16
+// operands widened to f32; a GPU target does neither.
 TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
   const CpuMachine machine{.cores = 2,
                            .f32_flops = 1e11,
@@ -141,7 +143,17 @@ TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
   // large; bf16 keeps that one plain).
   const DeviceMemory cpu = memory("cpu-2", "4", "float32");
   EXPECT_EQ(cpu.kernels, size_t{64 * 512 * 4});
-  EXPECT_EQ(memory("cpu-2", "4", "bfloat16").kernels, size_t{64 * 512 * 2});
+  // bf16: the copy in bf16 where oneDNN has a bf16 GEMM; else the GEMMs run widened to f32 (their
+  // copies too) and their operands' f32 buffer is charged as well.
+  const DeviceMemory bf16 = memory("cpu-2", "4", "bfloat16");
+  if (cpu::onednn_matmul_native_bf16()) {
+    EXPECT_EQ(bf16.kernels, size_t{64 * 512 * 2});
+    EXPECT_EQ(bf16.widened, 0u);
+  } else {
+    EXPECT_EQ(bf16.kernels, size_t{64 * 512 * 4});
+    EXPECT_GT(bf16.widened, size_t{64 * 512 * 4});  // at least the widened weight
+  }
+  EXPECT_EQ(cpu.widened, 0u);
   const DeviceMemory gpu = memory("h100-80gb-1", "4", "float32");
   EXPECT_EQ(gpu.kernels, 0u);
   EXPECT_EQ(cpu.total() - cpu.kernels - cpu.other, gpu.total() - gpu.other);

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -170,7 +171,8 @@ TEST(Matmul, Bf16Output) {
 // CPU and held to the same bounds (the products and the one rounding of C are the same). A small
 // chunk budget makes the splits run several chunks: M = 2100 rows of A and C (A not transposed)
 // and K = 2100 rows of A and B (A transposed, B not) in chunks of 1024, the later K chunks
-// accumulating into C in f32; both transposed is widened whole.
+// accumulating into C in f32; both transposed is widened whole. The buffer grows to the size that
+// tessera compile predicts (widened_operands_bytes).
 TEST(Matmul, Bf16WidenedToF32) {
   struct Restore {
     ~Restore() { cpu::onednn_matmul_force_widened_bf16(false); }
@@ -183,14 +185,25 @@ TEST(Matmul, Bf16WidenedToF32) {
   EXPECT_NE(cpu::onednn_matmul_impl({.m = 17, .n = 67, .k = 130, .ab_dtype = DType::kBF16})
                 .find("(bf16 widened to f32)"),
             std::string::npos);
-  cpu::onednn_matmul_force_widened_bf16(true, 64 << 10);
+  cpu::onednn_matmul_force_widened_bf16(true, 64 << 10);  // also frees the buffer
+  size_t predicted = 0;  // tessera compile's figure for the buffer: the largest GEMM's
   for (DType c : {DType::kF32, DType::kBF16})
     for (bool acc : {false, true})
-      for (MatmulOptions o : all_transposes(acc)) {
-        check_case({2100, 67, 130, o, DType::kBF16, c}, seed += 3);
-        check_case({67, 130, 2100, o, DType::kBF16, c}, seed += 3);
-      }
-  EXPECT_GT(cpu::onednn_matmul_widened_bytes(), 0u);
+      for (MatmulOptions o : all_transposes(acc))
+        for (const Case& t :
+             {Case{2100, 67, 130, o, DType::kBF16, c}, Case{67, 130, 2100, o, DType::kBF16, c}}) {
+          check_case(t, seed += 3);
+          predicted = std::max(predicted, cpu::widened_operands_bytes({.m = t.m,
+                                                                       .n = t.n,
+                                                                       .k = t.k,
+                                                                       .trans_a = o.trans_a,
+                                                                       .trans_b = o.trans_b,
+                                                                       .ab_dtype = t.ab,
+                                                                       .c_dtype = t.c}));
+        }
+  EXPECT_GT(predicted, 0u);
+  constexpr size_t kPage = size_t{2} << 20;  // the buffer is an Arena: whole 2 MiB pages
+  EXPECT_EQ(cpu::onednn_matmul_widened_bytes(), (predicted + kPage - 1) / kPage * kPage);
 }
 
 TEST(Matmul, OneThreadAndAllThreads) {

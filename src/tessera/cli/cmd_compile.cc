@@ -77,6 +77,7 @@ void print_memory(const compile::CompiledRun& run, std::ostream& out) {
   row(fmt::format("activations (remat {})", run.cfg.remat_policy).c_str(), w.activations);
   row("collective buffers", w.collective);
   if (w.kernels > 0) row("kernel buffers (blocked weight copy)", w.kernels);
+  if (w.widened > 0) row("bf16 GEMM operands widened to f32", w.widened);
   row("other (batch inputs, runtime)", w.other);
   const compile::Verdict& v = run.verdict;
   fmt::print(out, "  {:<38} {:>10.3f} GiB of {:.3f} GiB ({})\n", "total", gib(static_cast<double>(v.needed)),

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/core/error.h"
@@ -14,23 +16,28 @@ namespace tessera::compile {
 
 namespace {
 
-// The largest copy of a weight that oneDNN makes in its blocked layout before a GEMM
-// (backends/cpu/onednn_matmul.h); every GEMM shares one buffer of that size.
-size_t blocked_weight_copy_bytes(const graph::Graph& g) {
-  size_t most = 0;
+// oneDNN's shared kernel buffers (backends/cpu/onednn_matmul.h), each as large as the largest GEMM
+// needs: the copy of a weight in its blocked layout, and where this CPU has no bf16 GEMM the bf16
+// operands widened to f32 (that GEMM then runs, and copies its weight, in f32).
+std::pair<size_t, size_t> kernel_buffer_bytes(const graph::Graph& g) {
+  size_t blocked = 0, widened = 0;
   for (const graph::Node& n : g.nodes()) {
     if (n.op != graph::OpKind::kMatmul) continue;
     const graph::MatmulAttrs& at = n.attr<graph::MatmulAttrs>();
     const Shape &a = g.value(n.in[0]).shape, &b = g.value(n.in[1]).shape;
-    const backends::GemmShape s{.m = at.trans_a ? a[1] : a[0],
-                                .n = at.trans_b ? b[0] : b[1],
-                                .k = at.trans_a ? a[0] : a[1],
-                                .trans_a = at.trans_a,
-                                .trans_b = at.trans_b,
-                                .ab_dtype = g.value(n.in[0]).dtype};
-    most = std::max(most, cpu::blocked_b_copy_bytes(s));
+    backends::GemmShape s{.m = at.trans_a ? a[1] : a[0],
+                          .n = at.trans_b ? b[0] : b[1],
+                          .k = at.trans_a ? a[0] : a[1],
+                          .trans_a = at.trans_a,
+                          .trans_b = at.trans_b,
+                          .ab_dtype = g.value(n.in[0]).dtype,
+                          .c_dtype = g.value(n.out[0]).dtype};
+    const size_t w = cpu::widened_operands_bytes(s);
+    if (w > 0) s.ab_dtype = s.c_dtype = DType::kF32;
+    blocked = std::max(blocked, cpu::blocked_b_copy_bytes(s));
+    widened = std::max(widened, w);
   }
-  return most;
+  return {blocked, widened};
 }
 
 }  // namespace
@@ -44,7 +51,7 @@ DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device) {
   d.activations = m.activations;
   d.collective = m.gathered + m.collective_scratch_estimate;
   if (device.kind == TargetKind::kCpu && plan.has_graph())
-    d.kernels = blocked_weight_copy_bytes(plan.graph());
+    std::tie(d.kernels, d.widened) = kernel_buffer_bytes(plan.graph());
   d.other = m.inputs + static_cast<size_t>(device.reserved_bytes);
   return d;
 }

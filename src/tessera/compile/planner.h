@@ -29,8 +29,11 @@ struct DeviceMemory {
   size_t activations = 0;  // the planned activation arena (remat_policy applied)
   size_t collective = 0;   // FSDP gather buffers and staging, ZeRO-1 pieces, the communicators' scratch
   size_t kernels = 0;      // cpu: oneDNN's copy of the largest weight in its blocked layout
+  size_t widened = 0;      // cpu without a bf16 GEMM: the largest bf16 GEMM's operands in f32
   size_t other = 0;        // batch inputs and the runtime's reservation
-  size_t total() const { return params + grads + optimizer + activations + collective + kernels + other; }
+  size_t total() const {
+    return params + grads + optimizer + activations + collective + kernels + widened + other;
+  }
 };
 DeviceMemory device_memory(const graph::PlanSpec& plan, const Target& device);
 

@@ -280,6 +280,11 @@ class OnednnMatmul {
     std::lock_guard lock(mu_);
     force_widened_ = on;
     widened_chunk_bytes_ = chunk_bytes;
+    widened_ = Arena();  // sized afresh by the GEMMs that run next
+  }
+  size_t widened_operands_bytes(const GemmShape& g) {
+    std::lock_guard lock(mu_);
+    return widens(g) ? widened_split(g).bytes() : 0;
   }
 
  private:
@@ -288,28 +293,44 @@ class OnednnMatmul {
     return g;
   }
 
+  // How widened() splits `g`: by rows of the reduction (split_k: A transposed, B not) or of M,
+  // `chunk` rows a chunk, within widened_chunk_bytes_ where the shape allows.
+  struct WidenedSplit {
+    bool split_k = false;
+    int64_t chunk = 0;
+    int64_t whole = 0, per_row = 0;  // f32 elements widened whole, and per chunk row
+    size_t bytes() const { return static_cast<size_t>(whole + chunk * per_row) * sizeof(float); }
+  };
+  WidenedSplit widened_split(const GemmShape& g) const {
+    const bool c_bf16 = g.c_dtype == DType::kBF16;
+    // Chunks of M need A's rows contiguous (A not transposed); with both transposed, M is one chunk.
+    WidenedSplit w;
+    w.split_k = g.trans_a && !g.trans_b;
+    const bool split_m = !g.trans_a;
+    const int64_t rows = w.split_k ? g.k : g.m;
+    w.whole = w.split_k ? (c_bf16 ? g.m * g.n : 0) : g.k * g.n;
+    w.per_row = w.split_k ? g.m + g.n : g.k + (c_bf16 ? g.n : 0);
+    w.chunk = rows;
+    if (split_m || w.split_k) {
+      const int64_t budget = static_cast<int64_t>(widened_chunk_bytes_ / sizeof(float));
+      const int64_t fit = (budget - w.whole) / w.per_row;
+      if (fit < rows) w.chunk = std::max<int64_t>(fit / 64 * 64, std::min<int64_t>(rows, 1024));
+    }
+    return w;
+  }
+
   template <typename RunF32>
   void widened(const GemmShape& g, const void* a, const void* b, void* c, RunF32&& run_f32) {
     const VectorKernels& vk = vector_kernels();
     const auto* a16 = static_cast<const uint16_t*>(a);
     const auto* b16 = static_cast<const uint16_t*>(b);
     const bool c_bf16 = g.c_dtype == DType::kBF16;
-    // Chunks of M need A's rows contiguous (A not transposed); with both transposed, M is one chunk.
-    const bool split_k = g.trans_a && !g.trans_b, split_m = !g.trans_a;
-    const int64_t rows = split_k ? g.k : g.m;
-    // f32 elements widened whole, and per chunk row.
-    const int64_t whole = split_k ? (c_bf16 ? g.m * g.n : 0) : g.k * g.n;
-    const int64_t per_row = split_k ? g.m + g.n : g.k + (c_bf16 ? g.n : 0);
-    int64_t chunk = rows;
-    if (split_m || split_k) {
-      const int64_t budget = static_cast<int64_t>(widened_chunk_bytes_ / sizeof(float));
-      const int64_t fit = (budget - whole) / per_row;
-      if (fit < rows) chunk = std::max<int64_t>(fit / 64 * 64, std::min<int64_t>(rows, 1024));
-    }
-    const size_t need = static_cast<size_t>(whole + chunk * per_row) * sizeof(float);
-    if (need > widened_.capacity()) {
+    const WidenedSplit split = widened_split(g);
+    const bool split_k = split.split_k;
+    const int64_t chunk = split.chunk;
+    if (split.bytes() > widened_.capacity()) {
       widened_ = Arena();
-      widened_ = Arena(need, "bf16 GEMM widened to f32");
+      widened_ = Arena(split.bytes(), "bf16 GEMM widened to f32");
     }
     auto* buf = reinterpret_cast<float*>(widened_.base());
     GemmShape f = as_f32(g);
@@ -479,6 +500,10 @@ void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes) {
 
 size_t onednn_matmul_widened_bytes() {
   return OnednnMatmul::instance().widened_bytes();
+}
+
+size_t widened_operands_bytes(const GemmShape& g) {
+  return OnednnMatmul::instance().widened_operands_bytes(g);
 }
 
 size_t onednn_matmul_cache_size() {

@@ -89,8 +89,13 @@ size_t onednn_matmul_scratchpad_bytes();
 // size of the widened operands' shared buffer in bytes (0 until a widened GEMM ran).
 bool onednn_matmul_native_bf16();
 size_t onednn_matmul_widened_bytes();
+// The widened operands' buffer a call of `g` needs (tessera compile's memory prediction; the
+// buffer is shared, so a run needs its largest GEMM's): 0 unless `g` is bf16 and this CPU widens
+// it. The GEMM then runs in f32, its blocked copy (blocked_b_copy_bytes) too.
+size_t widened_operands_bytes(const GemmShape& g);
 // For tests: widen bf16 GEMMs even where oneDNN has them (`on`), in chunks of at most
-// `chunk_bytes` of f32 operands (at least 1024 rows a chunk); the default is 256 MiB.
+// `chunk_bytes` of f32 operands (at least 1024 rows a chunk); the default is 256 MiB. Frees the
+// widened buffer, which the GEMMs that run next size afresh.
 void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes = size_t{256} << 20);
 
 // "shape M x N x K, trans_a, trans_b, bf16 x bf16 -> f32, accumulate", for messages.
