@@ -90,7 +90,8 @@ tidy_sources() {
   awk -v root="$PWD/" -v changed="$changed" '
     BEGIN { n = split(changed, c, "\n"); for (i = 1; i <= n; ++i) if (c[i] != "") hit[root c[i]] = 1 }
     /^[^ ]/ { src = ""; next }
-    /^    / { f = $1; if (src == "" && f ~ /\.cc$/) src = f; if (f in hit && src ~ ("^" root "src/tessera/")) print src }
+    /^    / { f = $1; sub(/^\.\.\//, root, f)  # ccache base_dir: paths relative to build-asan
+              if (src == "" && f ~ /\.cc$/) src = f; if (f in hit && src ~ ("^" root "src/tessera/")) print src }
   ' build-asan/tidy-deps.txt | sort -u | sed 's/[.]/\\./g'
 }
 
