@@ -219,6 +219,45 @@ TEST(PlanSpec, DecodingPlanFusesResidualsAndNarrowsTheLastLayer) {
   EXPECT_EQ(sums, 1);
 }
 
+// A decoding plan of fewer than kGemvRows rows runs each layer's q, k and v projections as one
+// shared-input node, and its gate and up as another, with the products' FLOPs; a prefill chunk of
+// kGemvRows rows or more keeps its products (they run on oneDNN's GEMM).
+TEST(PlanSpec, DecodingPlanRunsProductsOfOneInputAsOne) {
+  for (const int64_t rows : {int64_t{1}, int64_t{8}, graph::kGemvRows}) {
+    SCOPED_TRACE(rows);
+    models::ModelSpec s = tiny_spec(rows);
+    s.decode = {.slots = 2, .max_length = 128, .last_row_logits = false};
+    graph::Graph built;
+    models::build_decoder(built, s);
+    const double flops_before = [&] {
+      double f = 0;
+      for (const graph::Node& n : built.nodes()) f += graph::node_flops(built, n);
+      return f;
+    }();
+    const PlanSpec p(std::move(built), {.remat_policy = "none"});
+    const graph::Graph& g = p.graph();
+    std::vector<size_t> groups;
+    double flops_after = 0;
+    for (const graph::Node& n : g.nodes()) {
+      flops_after += graph::node_flops(g, n);
+      if (n.op != graph::OpKind::kSharedInputMatmuls) continue;
+      groups.push_back(n.out.size());
+      ASSERT_EQ(n.in.size(), n.out.size() + 1) << n.name;
+      for (size_t i = 1; i < n.in.size(); ++i) {  // weights stored [out, in] (their f32 master says so)
+        const graph::Value& w = g.value(n.in[i]);
+        EXPECT_TRUE((w.kind == graph::ValueKind::kParamCompute ? g.value(w.master) : w).transposed) << n.name;
+      }
+      for (graph::ValueId o : n.out) EXPECT_EQ(g.value(o).shape[0], rows) << n.name;
+    }
+    EXPECT_DOUBLE_EQ(flops_after, flops_before);
+    if (rows >= graph::kGemvRows) {
+      EXPECT_TRUE(groups.empty());
+    } else {
+      EXPECT_EQ(groups, (std::vector<size_t>{3, 2, 3, 2, 3, 2}));  // q, k, v; gate, up; per layer
+    }
+  }
+}
+
 TEST(PlanSpec, FlopsByPhaseOfATinyGraphByHand) {
   // ids [N=4] -> embedding of table [V=16, E=8] -> x @ W [8, 16] -> cross-entropy.
   graph::Graph g;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
@@ -24,12 +25,12 @@ struct Case {
   int64_t m, n, k;
 };
 
-void check_case(const Case& c, DType in, DType out, bool accumulate, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "M " << c.m << " N " << c.n << " K " << c.k << " " << dtype_name(in)
-                                    << " -> " << dtype_name(out) << (accumulate ? " accumulate" : ""));
-  OwnedTensor x(Shape{c.m, c.k}, in), w(Shape{c.n, c.k}, in), y(Shape{c.m, c.n}, out);
-  const std::vector<double> xv = testing::fill_uniform(x, seed), wv = testing::fill_uniform(w, seed + 1);
-  std::vector<double> yv = testing::fill_uniform(y, seed + 2);
+// The reference y (in double) of x [M, K]·wᵀ (+ y) and its tolerance per element.
+struct Expected {
+  std::vector<double> y, tol;
+};
+Expected expected(const Case& c, const std::vector<double>& xv, const std::vector<double>& wv,
+                  std::vector<double> yv, DType out, bool accumulate) {
   std::vector<double> tol(yv.size());
   for (int64_t i = 0; i < c.m; ++i)
     for (int64_t r = 0; r < c.n; ++r) {
@@ -40,8 +41,40 @@ void check_case(const Case& c, DType in, DType out, bool accumulate, uint64_t se
   ops::gemv_ref(xv.data(), wv.data(), yv.data(), c.m, c.n, c.k, {.accumulate = accumulate});
   if (out == DType::kBF16)
     for (size_t i = 0; i < yv.size(); ++i) tol[i] += 0x1.0p-8 * std::abs(yv[i]);
+  return {std::move(yv), std::move(tol)};
+}
+
+void check_case(const Case& c, DType in, DType out, bool accumulate, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "M " << c.m << " N " << c.n << " K " << c.k << " " << dtype_name(in)
+                                    << " -> " << dtype_name(out) << (accumulate ? " accumulate" : ""));
+  OwnedTensor x(Shape{c.m, c.k}, in), w(Shape{c.n, c.k}, in), y(Shape{c.m, c.n}, out);
+  const std::vector<double> xv = testing::fill_uniform(x, seed), wv = testing::fill_uniform(w, seed + 1);
+  const Expected e = expected(c, xv, wv, testing::fill_uniform(y, seed + 2), out, accumulate);
   ops::gemv(x, w, y, {.accumulate = accumulate});
-  EXPECT_TRUE(testing::within(testing::to_vector(y), yv, tol));
+  EXPECT_TRUE(testing::within(testing::to_vector(y), e.y, e.tol));
+}
+
+// Products of one x [M, K] with weights of `ns` rows, as one call: each y against its reference.
+void check_products(int64_t m, const std::vector<int64_t>& ns, int64_t k, DType in, DType out,
+                    bool accumulate, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "M " << m << ", " << ns.size() << " products, K " << k << " "
+                                    << dtype_name(in) << " -> " << dtype_name(out)
+                                    << (accumulate ? " accumulate" : ""));
+  OwnedTensor x(Shape{m, k}, in);
+  const std::vector<double> xv = testing::fill_uniform(x, seed);
+  std::vector<OwnedTensor> ws, ys;
+  std::vector<Expected> want;
+  for (int64_t n : ns) {
+    ws.emplace_back(Shape{n, k}, in);
+    ys.emplace_back(Shape{m, n}, out);
+    const std::vector<double> wv = testing::fill_uniform(ws.back(), seed += 2);
+    want.push_back(expected({m, n, k}, xv, wv, testing::fill_uniform(ys.back(), seed + 1), out, accumulate));
+  }
+  std::vector<Tensor> w, y;
+  for (size_t p = 0; p < ns.size(); ++p) w.push_back(ws[p].t), y.push_back(ys[p].t);
+  ops::gemv(x, w, y, {.accumulate = accumulate});
+  for (size_t p = 0; p < ns.size(); ++p)
+    EXPECT_TRUE(testing::within(testing::to_vector(ys[p]), want[p].y, want[p].tol)) << "product " << p;
 }
 
 TEST(Gemv, MatchesReferenceOnAwkwardSizes) {
@@ -85,6 +118,24 @@ TEST(Gemv, ThreadedSplitMatchesReference) {
   });
 }
 
+// Products sharing x, split over the threads as one sequence of rows: small ones on one thread,
+// q/k/v- and gate/up-like ones over several, with row counts that leave partial blocks and an
+// empty product, on both kernel paths of M = 1 (rows up to and over 4 KiB of bf16).
+TEST(Gemv, ProductsSharingXMatchTheReference) {
+  testing::for_each_isa([&] {
+    uint64_t seed = 21;
+    for (bool acc : {false, true}) {
+      check_products(1, {3, 0, 17, 5}, 130, DType::kF32, DType::kF32, acc, seed += 10);
+      check_products(1, {3, 0, 17, 5}, 130, DType::kBF16, DType::kBF16, acc, seed += 10);
+      check_products(1, {769, 255, 257}, 768, DType::kBF16, DType::kBF16, acc, seed += 10);
+      check_products(1, {1030, 1025}, 768, DType::kF32, DType::kF32, acc, seed += 10);
+      check_products(1, {515, 300}, 2049, DType::kBF16, DType::kF32, acc, seed += 10);
+      check_products(3, {515, 1027, 61}, 300, DType::kBF16, DType::kF32, acc, seed += 10);
+      check_products(5, {700, 700}, 257, DType::kF32, DType::kF32, acc, seed += 10);
+    }
+  });
+}
+
 TEST(Gemv, RejectsBadArguments) {
   OwnedTensor x(Shape{2, 8}, DType::kF32), w(Shape{3, 8}, DType::kF32), y(Shape{2, 3}, DType::kF32);
   OwnedTensor wb(Shape{3, 8}, DType::kBF16), yb(Shape{2, 3}, DType::kBF16), w7(Shape{3, 7}, DType::kF32);
@@ -106,6 +157,17 @@ TEST(Gemv, RejectsBadArguments) {
   EXPECT_EQ(kind_of([&] {
               ops::gemv(x, w, Tensor(x.t.data(), Shape{2, 3}, DType::kF32));
             }),
+            ErrorKind::kShape);
+  // Products sharing x: as many weights as outputs, one y dtype, no y overlapping another.
+  OwnedTensor w2(Shape{4, 8}, DType::kF32), y2b(Shape{2, 4}, DType::kBF16);
+  const std::vector<Tensor> two_w = {w.t, w2.t};
+  EXPECT_EQ(kind_of([&] { ops::gemv(x, two_w, std::vector<Tensor>{y.t}); }), ErrorKind::kShape);
+  EXPECT_EQ(kind_of([&] { ops::gemv(x, two_w, std::vector<Tensor>{y.t, y2b.t}); }), ErrorKind::kShape);
+  EXPECT_EQ(kind_of([&] {
+              ops::gemv(x, two_w, std::vector<Tensor>{y.t, Tensor(y.t.data(), Shape{2, 4}, DType::kF32)});
+            }),
+            ErrorKind::kShape);
+  EXPECT_EQ(kind_of([&] { ops::gemv(x, std::vector<Tensor>(9, w.t), std::vector<Tensor>(9, y.t)); }),
             ErrorKind::kShape);
 }
 

@@ -1,7 +1,12 @@
 // Inference-graph rewrites (fuse_inference.h).
 #include "tessera/graph/fuse_inference.h"
 
+#include <algorithm>
+#include <map>
+#include <utility>
+
 #include "tessera/core/error.h"
+#include "tessera/ops/gemv.h"
 
 namespace tessera::graph {
 
@@ -48,6 +53,50 @@ void fuse_residual_products(Graph& g) {
       break;
     }
   }
+  std::vector<Node> out;
+  out.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!drop[i]) out.push_back(std::move(nodes[i]));
+  g.set_nodes(std::move(out));
+}
+
+void fuse_shared_input_products(Graph& g) {
+  TESSERA_ASSERT(g.inference());
+  std::vector<Node> nodes = g.nodes();
+  // Candidates by (input, output dtype), in node order.
+  std::map<std::pair<ValueId, DType>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op != OpKind::kMatmul || n.in.size() != 2 || n.out.size() != 1) continue;
+    const MatmulAttrs& a = n.attr<MatmulAttrs>();
+    const Value &x = g.value(n.in[0]), &w = g.value(n.in[1]);
+    if (a.trans_a || !a.trans_b || a.accumulate || x.shape[0] >= kGemvRows) continue;
+    if ((w.kind != ValueKind::kParam && w.kind != ValueKind::kParamCompute) || w.producer >= 0) continue;
+    groups[{n.in[0], g.value(n.out[0]).dtype}].push_back(i);
+  }
+  std::vector<char> drop(nodes.size(), 0);
+  for (const auto& [key, members] : groups)
+    for (size_t b = 0; b + 1 < members.size(); b += ops::kMaxGemvProducts) {
+      const size_t e = std::min(members.size(), b + ops::kMaxGemvProducts);
+      if (e - b < 2) break;
+      Node& first = nodes[members[b]];
+      Node group{.op = OpKind::kSharedInputMatmuls,
+                 .in = {key.first},
+                 .name = first.name,
+                 .ckpt_name = first.ckpt_name,
+                 .phase = first.phase,
+                 .layer = first.layer};
+      for (size_t m = b; m < e; ++m) {
+        const Node& p = nodes[members[m]];
+        group.in.push_back(p.in[1]);
+        group.out.push_back(p.out[0]);
+        if (m > b) {
+          group.name += "+" + p.name;
+          drop[members[m]] = 1;
+        }
+      }
+      first = std::move(group);
+    }
   std::vector<Node> out;
   out.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i)

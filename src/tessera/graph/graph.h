@@ -158,9 +158,17 @@ enum class OpKind {
   // gradient's seed (autodiff.h, fuse_loss_gradient).
   // kCrossEntropyGrad: in: logits, targets, dloss [N]       out: loss, lse, dlogits (aliases logits)
   kCrossEntropyGrad,
+  // Inference graphs: products of one input against weights stored [out, in] (trans_b), run as
+  // one call of the small-M kernel (fuse_inference.h, fuse_shared_input_products).
+  // kSharedInputMatmuls: in: a [M,K], b_1 [N_1,K] .. b_n     out: c_1 [M,N_1] .. c_n
+  kSharedInputMatmuls,
 };
+// Inference graphs run products of fewer rows than this with weights stored [out, in] on the
+// small-M kernel (ops/gemv.h), which streams the weight at the memory bandwidth; oneDNN's GEMM is
+// the faster above (bench/decode_bench.cc).
+inline constexpr int64_t kGemvRows = 64;
 // The last kind above, plus one.
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCrossEntropyGrad) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSharedInputMatmuls) + 1;
 
 // The op's name as logs, profiles and backends spell it ("matmul", "rms_norm_bwd", ...).
 const char* op_name(OpKind op);

@@ -1,7 +1,10 @@
-// The dense op families of the op table (op_table.h): matmul, add, bias_add, glu, activation,
-// rms_norm and layer_norm, each with its shapes, sharding rule, backward rule, kernel call and
-// FLOPs side by side.
+// The dense op families of the op table (op_table.h): matmul (and an inference graph's
+// shared-input matmuls), add, bias_add, glu, activation, rms_norm and layer_norm, each with its shapes,
+// sharding rule, backward rule, kernel call and FLOPs side by side.
 #include <fmt/format.h>
+
+#include <array>
+#include <span>
 
 #include "tessera/core/error.h"
 #include "tessera/graph/autodiff.h"
@@ -87,11 +90,6 @@ void matmul_backward(GradBuilder& gb, const Node& f, ValueId dy) {
   }
 }
 
-// Inference graphs (decoding) take products of fewer rows than this through gemv (ops/gemv.h), which
-// streams a weight stored [out, in] at the memory bandwidth; oneDNN's GEMM is the faster above
-// (bench/decode_bench.cc).
-constexpr int64_t kGemvRows = 64;
-
 void matmul_run(const RunContext& c, const Node& n) {
   const MatmulAttrs& a = n.attr<MatmulAttrs>();
   const Tensor& x = c.in(n, 0);
@@ -101,6 +99,24 @@ void matmul_run(const RunContext& c, const Node& n) {
   }
   ops::matmul(c.in(n, 0), c.in(n, 1), c.out(n, 0),
               {.trans_a = a.trans_a, .trans_b = a.trans_b, .accumulate = a.accumulate});
+}
+
+// Products of one input as one gemv call (graph.h's kSharedInputMatmuls).
+void shared_input_matmuls_run(const RunContext& c, const Node& n) {
+  std::array<Tensor, ops::kMaxGemvProducts> w, y;
+  TESSERA_ASSERT(n.out.size() <= w.size() && n.in.size() == n.out.size() + 1);
+  for (size_t p = 0; p < n.out.size(); ++p) w[p] = c.in(n, p + 1), y[p] = c.out(n, p);
+  ops::gemv(c.in(n, 0), std::span(w.data(), n.out.size()), std::span(y.data(), n.out.size()));
+}
+
+double shared_input_matmuls_flops(const Graph& g, const Node& n) {
+  double f = 0;
+  for (ValueId c : n.out) {
+    const Shape& s = g.value(c).shape;
+    f += 2.0 * static_cast<double>(s[0]) * static_cast<double>(s[1]) *
+         static_cast<double>(g.value(n.in[0]).shape[1]);
+  }
+  return f;
 }
 
 double matmul_flops(const Graph& g, const Node& n) {
@@ -348,6 +364,10 @@ std::vector<OpDef> dense_op_defs() {
        .shard = matmul_shard,
        .run = matmul_run,
        .flops = matmul_flops},
+      {.kind = OpKind::kSharedInputMatmuls,
+       .name = "shared_input_matmuls",
+       .run = shared_input_matmuls_run,
+       .flops = shared_input_matmuls_flops},
       {.kind = OpKind::kAdd,
        .name = "add",
        .infer = add_infer,

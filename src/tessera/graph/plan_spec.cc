@@ -87,6 +87,7 @@ PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     TESSERA_CHECK(graph_.loss() == kNoValue && graph_.aux_losses().empty() && sharding_.world() == 1,
                   ErrorKind::kInternal, "an inference graph has no loss and runs on one device");
     fuse_residual_products(graph_);
+    fuse_shared_input_products(graph_);
     first_opt_ = static_cast<int>(graph_.nodes().size());
   } else {
     dloss_ = append_backward(graph_, &daux_);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/core/tensor.h"
 
@@ -23,6 +24,15 @@ struct GemvOptions {
 
 // y = x·wᵀ (+ y). Throws kShape naming the argument for bad ranks, shapes, dtypes or overlap.
 void gemv(const Tensor& x, const Tensor& w, const Tensor& y, GemvOptions opts = {});
+
+// Up to this many products that read one x run as one call.
+constexpr size_t kMaxGemvProducts = 8;
+
+// y[p] = x·w[p]ᵀ (+ y[p]) for every p, as one call: the threads split the products' rows together,
+// so a decoding step's q, k and v projections take one hand-off between threads instead of three.
+// Each (w[p], y[p]) is checked as the single product's, every w in x's dtype and every y in one
+// dtype; no y may overlap x, a w or another y. Results are those of the single products.
+void gemv(const Tensor& x, std::span<const Tensor> w, std::span<const Tensor> y, GemvOptions opts = {});
 
 // Multiply-adds count twice, as for matmul.
 constexpr int64_t gemv_flops(int64_t m, int64_t n, int64_t k) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace tessera::backends {
 
@@ -29,9 +30,13 @@ struct GemvArgs {
   bool accumulate;  // y += x·Wᵀ (y is read); else y = x·Wᵀ (y is never read)
 };
 
+// Each entry runs one or more products that read the same x (equal m, k, x and ldx; each its own
+// W, y and n) as one: the threads split the products' rows together, in one fork. A decoding
+// step's q, k and v projections (or its gate and up) thus cost one hand-off between threads, and
+// the rows of W stream as one sequence where the weights lie next to each other.
 struct GemvKernels {
-  void (*f32)(const GemvArgs& a);        // x, W, y f32
-  void (*bf16_f32)(const GemvArgs& a);   // x, W bf16; y f32
-  void (*bf16_bf16)(const GemvArgs& a);  // x, W, y bf16
+  void (*f32)(std::span<const GemvArgs> products);        // x, W, y f32
+  void (*bf16_f32)(std::span<const GemvArgs> products);   // x, W bf16; y f32
+  void (*bf16_bf16)(std::span<const GemvArgs> products);  // x, W, y bf16
 };
 }  // namespace tessera::backends
