@@ -159,6 +159,36 @@ TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
   EXPECT_EQ(cpu.total() - cpu.kernels - cpu.other, gpu.total() - gpu.other);
 }
 
+// On a CPU without a bf16 GEMM the experts' grouped matmuls run widened too: their buffer is
+// charged at their largest GEMM, a chunk of up to 512 rows against one expert's whole weight, and
+// the weight gradient's reduction over the rows of one group (at most one per token).
+TEST(Compile, CpuTargetsChargeTheExpertsWidenedOperands) {
+  const CpuMachine machine{.cores = 2,
+                           .f32_flops = 1e11,
+                           .bf16_flops = 1e11,
+                           .gemm_f32_flops = 8e10,
+                           .memory_bytes = 16 * kGiB,
+                           .bandwidth_bytes_per_s = 1e10};
+  const Topology t = resolve_topology(catalogue(), "cpu-2", 1, &machine);
+  const Config cfg = load_config(base_config(),
+                                 small({"model_name=mixtral-test", "override_model_config=true",
+                                        "base_moe_mlp_dim=4096", "dtype=bfloat16"}),
+                                 {1, 1});
+  const DeviceMemory m = compile_run(cfg, t).memory.at(0);
+  if (cpu::onednn_matmul_native_bf16()) {
+    EXPECT_EQ(m.widened, 0u);
+    return;
+  }
+  const int64_t rows = 2 * 32;  // batch x length: the rows one expert can be sent
+  const backends::GemmShape up{
+      .m = rows, .n = 4096, .k = 64, .ab_dtype = DType::kBF16, .c_dtype = DType::kBF16};
+  const backends::GemmShape up_grad{
+      .m = 64, .n = 4096, .k = rows, .trans_a = true, .ab_dtype = DType::kBF16, .c_dtype = DType::kF32};
+  EXPECT_GE(m.widened, cpu::widened_operands_bytes(up));
+  EXPECT_GE(m.widened, cpu::widened_operands_bytes(up_grad));
+  EXPECT_GT(cpu::widened_operands_bytes(up), size_t{64 * 4096 * 4});  // at least the widened weight
+}
+
 TEST(Compile, ExpertParallelismIsPlanned) {
   const CompiledRun c = compile_on(
       "h100-80gb-2", small({"model_name=mixtral-test", "ici_expert_parallelism=2", "remat_policy=none"}));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -16,25 +17,54 @@ namespace tessera::compile {
 
 namespace {
 
+// The largest GEMM a node runs on oneDNN, if any. A grouped matmul (MoE experts) runs each group
+// in chunks of at most 512 rows (onednn_matmul.cc), and its weight gradient as one GEMM per group
+// whose reduction runs over that group's rows. A group holds at most one row per token (the
+// dispatch's input rows; without the dispatch in sight, every row), which is what is charged: the
+// buffer keeps the size of the most crowded expert a step ever routes to.
+std::optional<backends::GemmShape> largest_gemm(const graph::Graph& g, const graph::Node& n) {
+  if (n.op != graph::OpKind::kMatmul && n.op != graph::OpKind::kGroupedMatmul) return std::nullopt;
+  const Shape &a = g.value(n.in[0]).shape, &b = g.value(n.in[1]).shape;
+  const DType ab = g.value(n.in[0]).dtype, c = g.value(n.out[0]).dtype;
+  if (n.op == graph::OpKind::kMatmul) {
+    const graph::MatmulAttrs& at = n.attr<graph::MatmulAttrs>();
+    return backends::GemmShape{.m = at.trans_a ? a[1] : a[0],
+                               .n = at.trans_b ? b[0] : b[1],
+                               .k = at.trans_a ? a[0] : a[1],
+                               .trans_a = at.trans_a,
+                               .trans_b = at.trans_b,
+                               .ab_dtype = ab,
+                               .c_dtype = c};
+  }
+  const graph::GroupedMatmulAttrs& at = n.attr<graph::GroupedMatmulAttrs>();
+  int64_t group_rows = a[0];
+  const int dispatch = g.value(n.in[2]).producer;  // of the group sizes
+  if (dispatch >= 0 && g.nodes()[static_cast<size_t>(dispatch)].op == graph::OpKind::kMoeDispatch)
+    group_rows = std::min(group_rows, g.value(g.nodes()[static_cast<size_t>(dispatch)].in[0]).shape[0]);
+  if (at.weight_grad)  // c[g] [K, N] (+)= a_gᵀ · b_g over the group's rows
+    return backends::GemmShape{
+        .m = a[1], .n = b[1], .k = group_rows, .trans_a = true, .ab_dtype = ab, .c_dtype = c};
+  return backends::GemmShape{
+      .m = std::min<int64_t>(group_rows, 512),  // b: the weights [X, K, N] (or [X, N, K])
+      .n = at.trans_b ? b[1] : b[2],
+      .k = at.trans_b ? b[2] : b[1],
+      .trans_b = at.trans_b,
+      .ab_dtype = ab,
+      .c_dtype = c};
+}
+
 // oneDNN's shared kernel buffers (backends/cpu/onednn_matmul.h), each as large as the largest GEMM
 // needs: the copy of a weight in its blocked layout, and where this CPU has no bf16 GEMM the bf16
 // operands widened to f32 (that GEMM then runs, and copies its weight, in f32).
 std::pair<size_t, size_t> kernel_buffer_bytes(const graph::Graph& g) {
   size_t blocked = 0, widened = 0;
   for (const graph::Node& n : g.nodes()) {
-    if (n.op != graph::OpKind::kMatmul) continue;
-    const graph::MatmulAttrs& at = n.attr<graph::MatmulAttrs>();
-    const Shape &a = g.value(n.in[0]).shape, &b = g.value(n.in[1]).shape;
-    backends::GemmShape s{.m = at.trans_a ? a[1] : a[0],
-                          .n = at.trans_b ? b[0] : b[1],
-                          .k = at.trans_a ? a[0] : a[1],
-                          .trans_a = at.trans_a,
-                          .trans_b = at.trans_b,
-                          .ab_dtype = g.value(n.in[0]).dtype,
-                          .c_dtype = g.value(n.out[0]).dtype};
-    const size_t w = cpu::widened_operands_bytes(s);
-    if (w > 0) s.ab_dtype = s.c_dtype = DType::kF32;
-    blocked = std::max(blocked, cpu::blocked_b_copy_bytes(s));
+    std::optional<backends::GemmShape> s = largest_gemm(g, n);
+    if (!s) continue;
+    const size_t w = cpu::widened_operands_bytes(*s);
+    if (w > 0) s->ab_dtype = s->c_dtype = DType::kF32;
+    if (n.op == graph::OpKind::kMatmul)  // the grouped chunks run from B as it is
+      blocked = std::max(blocked, cpu::blocked_b_copy_bytes(*s));
     widened = std::max(widened, w);
   }
   return {blocked, widened};
