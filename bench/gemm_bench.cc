@@ -12,7 +12,8 @@
 // primitive, built from the same memory descriptors, and executed with a prebuilt argument map.
 // Tessera's f32 GEMMs whose B is a weight (M >= 1024, not trans_a) copy B into oneDNN's preferred
 // layout before each call (onednn_matmul.h; the impl column says "B reordered"): their ratio counts
-// that copy's cost and the faster GEMM it buys.
+// that copy's cost and the faster GEMM it buys. On a CPU where oneDNN has no bf16 GEMM, Tessera's
+// bf16 cases run widened to f32 (onednn_matmul.h) against oneDNN's f32 GEMM of the same shape.
 //
 // The last section measures per-call overhead on small GEMMs, where it could matter: Tessera's
 // call (cached primitive, cached memory objects), the direct call, and the direct call that also
@@ -233,7 +234,13 @@ Result measure(const Case& t, int threads, const Options& opt, Buffers& buf, con
   Tensor c(buf.c, Shape{t.m, t.n}, t.c);
   std::memset(c.data(), 0, c.nbytes());  // accumulate starts from zeros, never from stale bits
   const ops::MatmulOptions mo{.trans_a = t.trans_a, .trans_b = t.trans_b, .accumulate = t.accumulate};
-  DirectGemm direct(eng, t, a.data(), b.data(), c.data());
+  // Where oneDNN has no bf16 GEMM (AVX2 without AVX-512), Tessera widens bf16 to f32 and oneDNN
+  // cannot be called in bf16: the direct path then runs the f32 GEMM of the same shape on the f32
+  // inputs, so the ratio is the widening's cost, and the outputs are not compared.
+  const bool widened = t.ab == DType::kBF16 && !cpu::onednn_matmul_native_bf16();
+  Case direct_case = t;
+  if (widened) direct_case.ab = direct_case.c = DType::kF32;
+  DirectGemm direct(eng, direct_case, buf.a(direct_case.ab), buf.b(direct_case.ab), c.data());
   auto run_tessera = [&] { ops::matmul(a, b, c, mo); };
   auto run_direct = [&] { direct.run(strm); };
 
@@ -256,7 +263,7 @@ Result measure(const Case& t, int threads, const Options& opt, Buffers& buf, con
       ts.push_back(seconds_of(run_tessera));
     }
     // Same descriptors and thread count: both paths must write the same bits.
-    if (last && !t.accumulate) r.same = first == fingerprint(c) ? "yes" : "NO";
+    if (last && !t.accumulate && !widened) r.same = first == fingerprint(c) ? "yes" : "NO";
     ratios.push_back(td.back() / ts.back());
   }
   r.tessera_s = median(ts);
@@ -264,10 +271,10 @@ Result measure(const Case& t, int threads, const Options& opt, Buffers& buf, con
   r.tessera_min_s = *std::min_element(ts.begin(), ts.end());
   r.onednn_min_s = *std::min_element(td.begin(), td.end());
   r.ratio = median(ratios);
-  r.impl = direct.impl;
+  r.impl = widened ? "f32 " + direct.impl + " (no bf16 GEMM here; tessera widens to it)" : direct.impl;
   const std::string tessera_impl =
       cpu::onednn_matmul_impl({t.m, t.n, t.k, t.trans_a, t.trans_b, t.ab, t.c, t.accumulate});
-  if (tessera_impl != direct.impl) r.impl += " (tessera: " + tessera_impl + ")";
+  if (tessera_impl != direct.impl && !widened) r.impl += " (tessera: " + tessera_impl + ")";
   return r;
 }
 
