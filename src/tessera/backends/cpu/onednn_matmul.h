@@ -76,9 +76,8 @@ size_t onednn_matmul_scratchpad_bytes(const GemmShape& g);
 
 // The blocked copy's size without asking oneDNN (tessera compile's memory prediction): 0 where B
 // runs from the caller's layout, else K x N elements padded to the blocks oneDNN 2.6's AVX-512
-// brgemm uses (K to 16 in f32 and 32 in bf16, N to 64). onednn_matmul_blocked_bytes on an AVX-512
-// CPU gives the same figure (tested); elsewhere it is an upper bound (AVX2's gemm:jit copies only
-// a transposed B, unpadded; tested).
+// brgemm uses (K to 16 in f32 and 32 in bf16, N to 64); 0 on a CPU without AVX-512, whose gemm:jit
+// reads B as it is. onednn_matmul_blocked_bytes gives the same figure (tested).
 size_t blocked_b_copy_bytes(const GemmShape& g);
 
 // Number of cached primitives, and the size of the shared scratchpad in bytes.
