@@ -35,6 +35,14 @@ const Catalogue& catalogue() {
   return c;
 }
 
+// A two-core CPU target's machine, as the calibration would describe it.
+const CpuMachine kTwoCores{.cores = 2,
+                           .f32_flops = 1e11,
+                           .bf16_flops = 1e11,
+                           .gemm_f32_flops = 8e10,
+                           .memory_bytes = 16 * kGiB,
+                           .bandwidth_bytes_per_s = 1e10};
+
 std::vector<std::string> small(std::vector<std::string> more = {}) {
   std::vector<std::string> o;
   for (std::string d : {"model_name=llama-test", "per_device_batch_size=2", "max_target_length=32",
@@ -126,14 +134,8 @@ TEST(Compile, EveryRankClassIsPlanned) {
 // GEMMs have 1024 rows (backends/cpu/onednn_matmul.h), and on a CPU without a bf16 GEMM the bf16
 // operands widened to f32; a GPU target does neither.
 TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
-  const CpuMachine machine{.cores = 2,
-                           .f32_flops = 1e11,
-                           .bf16_flops = 1e11,
-                           .gemm_f32_flops = 8e10,
-                           .memory_bytes = 16 * kGiB,
-                           .bandwidth_bytes_per_s = 1e10};
   auto memory = [&](const std::string& topology, const std::string& batch, const std::string& dtype) {
-    const Topology t = resolve_topology(catalogue(), topology, 1, &machine);
+    const Topology t = resolve_topology(catalogue(), topology, 1, &kTwoCores);
     const Config cfg = load_config(
         base_config(), small({"per_device_batch_size=" + batch, "max_target_length=256", "dtype=" + dtype}),
         {t.num_devices(), 1});
@@ -165,13 +167,7 @@ TEST(Compile, CpuTargetsChargeTheBlockedWeightCopy) {
 // charged at their largest GEMM, a chunk of up to 512 rows against one expert's whole weight, and
 // the weight gradient's reduction over the rows of one group (at most one per token).
 TEST(Compile, CpuTargetsChargeTheExpertsWidenedOperands) {
-  const CpuMachine machine{.cores = 2,
-                           .f32_flops = 1e11,
-                           .bf16_flops = 1e11,
-                           .gemm_f32_flops = 8e10,
-                           .memory_bytes = 16 * kGiB,
-                           .bandwidth_bytes_per_s = 1e10};
-  const Topology t = resolve_topology(catalogue(), "cpu-2", 1, &machine);
+  const Topology t = resolve_topology(catalogue(), "cpu-2", 1, &kTwoCores);
   const Config cfg = load_config(base_config(),
                                  small({"model_name=mixtral-test", "override_model_config=true",
                                         "base_moe_mlp_dim=4096", "dtype=bfloat16"}),
