@@ -78,13 +78,14 @@ struct Entry {
 // and the copy is at most 128 MiB (not a large vocabulary's output projection). Measured on the
 // 125M shapes (bench/RESULTS.md): f32 brgemm 5-17 % faster from the copy, both forward and input
 // gradient; bf16 on the AMX tiles 22-50 % faster forward, but not faster with B transposed (the
-// input gradient), which stays plain. Without AVX-512, oneDNN's gemm:jit takes B plain and is
-// given B as it is (create()).
+// input gradient), which stays plain. Only on AVX-512: without it oneDNN 2.6 runs gemm:jit, which
+// takes B in a plain layout, so the copy only transposed a transposed B (the input gradient 4-5 %
+// slower on a Zen 1 EPYC, gemm_bench) and kept that copy in memory.
 constexpr int64_t kBlockedMinRows = 1024;
 constexpr size_t kBlockedMaxBytes = size_t{128} << 20;
 bool prefers_blocked_b(const GemmShape& g) {
   const bool weight = !g.trans_a && (g.ab_dtype == DType::kF32 || !g.trans_b);
-  return weight && g.m >= kBlockedMinRows &&
+  return weight && g.m >= kBlockedMinRows && isa_supported(Isa::kAvx512) &&
          static_cast<size_t>(g.k * g.n) * dtype_size(g.ab_dtype) <= kBlockedMaxBytes;
 }
 
@@ -427,14 +428,6 @@ class OnednnMatmul {
       const dnnl::memory::desc b_pd =
           blocked ? dnnl::memory::desc({k, g.n}, to_dnnl(g.ab_dtype), dnnl::memory::format_tag::any) : b_md;
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_pd, c_md), attr, engine_);
-      // An implementation that takes B in a plain layout (AVX2's gemm:jit) reads B as it is, in
-      // either orientation: a copy into the other plain one would only transpose it, at a cost
-      // (f32 dx = dy·Wᵀ 4-5 % slower on a Zen 1 EPYC, gemm_bench).
-      const auto plain = [&](dnnl::memory::format_tag t) {
-        return pd.weights_desc() == dnnl::memory::desc({k, g.n}, to_dnnl(g.ab_dtype), t);
-      };
-      if (blocked && (plain(dnnl::memory::format_tag::ab) || plain(dnnl::memory::format_tag::ba)))
-        pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
       Entry e;
       e.prim = dnnl::matmul(pd);
       if (!runtime_m && !runtime_k) {  // a runtime-row primitive gets its memory objects per call
@@ -494,7 +487,7 @@ size_t onednn_matmul_scratchpad_bytes(const GemmShape& g) {
 }
 
 size_t blocked_b_copy_bytes(const GemmShape& g) {
-  if (!prefers_blocked_b(g) || !isa_supported(Isa::kAvx512)) return 0;
+  if (!prefers_blocked_b(g)) return 0;
   const int64_t k_block = g.ab_dtype == DType::kBF16 ? 32 : 16, n_block = 64;
   const int64_t k = (g.k + k_block - 1) / k_block * k_block, n = (g.n + n_block - 1) / n_block * n_block;
   return static_cast<size_t>(k * n) * dtype_size(g.ab_dtype);

@@ -8,9 +8,9 @@
 //     (creating a primitive JIT-compiles kernels: milliseconds, far more than a small GEMM);
 //   - transposes are strides in the memory descriptors (no copies); accumulate is oneDNN's sum
 //     post-op (C = A·B + 1.0·C), so C is read and written once;
-//   - GEMMs whose B is a weight with M >= 1024 (f32 not trans_a; bf16 neither transposed) copy B
-//     into the layout oneDNN prefers before each call (one reorder, 1-2 % of the GEMM), which its
-//     brgemm runs 5-50 % faster; the copy lives in one shared buffer like the scratchpad
+//   - on AVX-512, GEMMs whose B is a weight with M >= 1024 (f32 not trans_a; bf16 neither
+//     transposed) copy B into the layout oneDNN prefers before each call (one reorder, 1-2 % of the
+//     GEMM), which its brgemm runs 5-50 % faster; the copy lives in one shared buffer like the scratchpad
 //     (onednn_matmul.cc says when);
 //   - bf16 inputs accumulate in f32 inside oneDNN; a bf16 C is rounded once, at the end. Where
 //     oneDNN has no bf16 GEMM (2.6 needs AVX-512; AVX2-only CPUs such as AMD EPYC before Zen 4),
@@ -75,9 +75,9 @@ size_t onednn_matmul_blocked_bytes(const GemmShape& g);
 size_t onednn_matmul_scratchpad_bytes(const GemmShape& g);
 
 // The blocked copy's size without asking oneDNN (tessera compile's memory prediction): 0 where B
-// runs from the caller's layout, else K x N elements padded to the blocks oneDNN 2.6's AVX-512
-// brgemm uses (K to 16 in f32 and 32 in bf16, N to 64); 0 on a CPU without AVX-512, whose gemm:jit
-// reads B as it is. onednn_matmul_blocked_bytes gives the same figure (tested).
+// runs from the caller's layout (always without AVX-512), else K x N elements padded to the blocks
+// oneDNN 2.6's AVX-512 brgemm uses (K to 16 in f32 and 32 in bf16, N to 64).
+// onednn_matmul_blocked_bytes gives the same figure (tested).
 size_t blocked_b_copy_bytes(const GemmShape& g);
 
 // Number of cached primitives, and the size of the shared scratchpad in bytes.
