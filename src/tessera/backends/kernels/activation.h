@@ -28,8 +28,11 @@ struct GluClamp {
   float up_offset = 0;
 };
 
-// The simd_math.h functions, for tests of their accuracy as compiled in each ISA build.
-enum class MathFn : uint8_t { kExp, kTanh, kErf, kErfc };
+// The simd_math.h functions, for tests of their accuracy as compiled in each ISA build. kExp is
+// the exp the bf16 loops use: on registers in the AVX builds (simd_avx512.h's and simd_avx2.h's
+// exp_ps); kExpFormula is simd_math.h's exp_f32 under `omp simd` in every build, which those must
+// equal bit for bit.
+enum class MathFn : uint8_t { kExp, kTanh, kErf, kErfc, kExpFormula };
 
 // Rows of a matrix in f32 or bf16 storage: element (r, j) at data[r * ld + j], ld >= cols. A row
 // stride lets the two halves of a fused [rows, 2F] projection be passed as gate and up.
