@@ -123,7 +123,8 @@ TEST(SimdMath, ExpOnRegistersEqualsTheScalarFormulaBitForBit) {
     int64_t differ = 0;
     for (size_t i = 0; i < x.size(); ++i)
       if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
-        if (differ++ < 5) ADD_FAILURE() << "exp(" << x[i] << "): registers " << got[i] << ", formula " << want[i];
+        if (differ++ < 5)
+          ADD_FAILURE() << "exp(" << x[i] << "): registers " << got[i] << ", formula " << want[i];
       }
     EXPECT_EQ(differ, 0) << "of " << x.size() << " points";
   }
