@@ -153,7 +153,10 @@ TEST(Rope, ForwardAndBackwardMatchReference) {
   RopeConfig tiny;  // one pair per head
   tiny.head_dim = 2;
   tiny.max_positions = 50;
-  const RopeConfig configs[] = {plain, tiny, llama31_config(9000)};
+  RopeConfig partial;  // 20 pairs: a whole register pair (16 values) and a tail of 4
+  partial.head_dim = 40;
+  partial.max_positions = 100;
+  const RopeConfig configs[] = {plain, tiny, partial, llama31_config(9000)};
   const int64_t shapes[][3] = {{1, 1, 1}, {2, 7, 3}, {2, 67, 5}};  // B, T, H; the last runs threaded
   for (const RopeConfig& cfg : configs) {
     RopeTable table(cfg);
