@@ -8,11 +8,15 @@
 // an equality, masks, and a narrowing through vpermq), and their exp under `#pragma omp simd` is
 // the same straight-line code with selects; on a core whose vector units are 128 bits wide (AMD
 // Zen 1, where each ymm instruction is two) the bf16 norms, RoPE and gated unit were bound by
-// those instructions at 4-37 % of the memory bound. The store here is ten, and the gated unit's
-// exp and division run on registers.
+// those instructions at 4-37 % of the memory bound. Here a register's rounding is seven integer
+// instructions with no shift, and a pair of registers (16 values) loads with one load and two
+// unpacks and stores with two shuffles and an or.
 //
 // Rounding: f32_to_bf16_bits exactly (round to nearest even, NaN kept a quiet NaN, subnormals
 // rounded like any other value), so the AVX2 loops equal the plain loops' rounding bit for bit.
+// Products and sums: GCC may fuse an intrinsic product with the add that follows it into one
+// multiply-add (it does so in the plain loops too, by its own choice), so a loop written here and
+// its plain form agree to the rounding of such a step, not always bit for bit.
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__) || defined(__AVX512F__)
@@ -225,7 +229,8 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-// sigmoid(x) = 1 / (1 + exp(-x)) as the plain loops compute it (an IEEE division).
+// sigmoid(x) = 1 / (1 + exp(-x)) as the plain loops compute it (an IEEE division; see the file
+// comment on the add after exp's last product).
 inline __m256 sigmoid_ps(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
   return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x))));
