@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace tessera::cpu::avx2v {
 namespace {
@@ -181,6 +182,23 @@ inline void store_pair_order(float* p, const Pair& v, int64_t n) {
   alignas(32) float buf[kPairLanes];
   store_pair_order(buf, v);
   std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(float));
+}
+
+// An f32 operand of a loop over rows of T (float or uint16_t holding bf16), read and written in
+// the lane order of T's pairs: plain for f32 rows, load_pair_order's for bf16 ones.
+template <typename T>
+inline Pair load_pair_like(const float* p, int64_t n) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return load_pair_order(p, n);
+  else
+    return load_pair(p, n);
+}
+template <typename T>
+inline void store_pair_like(float* p, const Pair& v, int64_t n) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    store_pair_order(p, v, n);
+  else
+    store_pair(p, v, n);
 }
 
 // Calls f(j, n) for the pairs of a row of `cols` values, as for_each_register: n = 16 for the
