@@ -1,7 +1,8 @@
-// AVX2 intrinsics shared by the AVX2 build's hand-written pointwise loops: f32 and bf16 loads and
-// stores on 8 lanes (a row's tail included), and simd_math.h's exp_f32 and the sigmoid on a
-// register. Included only where __AVX2__ and __FMA__ are defined without AVX-512 (the *_avx2.cc
-// builds); the AVX-512 build has simd_avx512.h, the scalar build the plain loops.
+// AVX2 intrinsics shared by the AVX2 build's hand-written pointwise loops: f32 loads and stores on
+// 8 lanes and f32 or bf16 ones on pairs of registers (a row's tail included), and simd_math.h's
+// exp_f32 and the sigmoid on a register. Included only where __AVX2__ and __FMA__ are defined
+// without AVX-512 (the *_avx2.cc builds); the AVX-512 build has simd_avx512.h, the scalar build
+// the plain loops.
 //
 // Why: on a CPU without AVX-512 the plain loops' bf16 store is GCC's rendering of simd_math.h's
 // f32_to_bf16_bits, about fifteen instructions a register (an unsigned compare built from a min and
@@ -71,20 +72,6 @@ inline void store(float* p, __m256 v, int64_t n) {
 
 // ---- bf16 -------------------------------------------------------------------------------------
 
-// bf16 -> f32 is exact: the 16 bits become the top half of the float.
-inline __m256 widen_bf16(__m128i h) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline __m256 load(const uint16_t* p) {
-  return widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline __m256 load(const uint16_t* p, int64_t n) {
-  if (n == kLanes) return load(p);
-  alignas(16) uint16_t buf[kLanes] = {};
-  std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(uint16_t));
-  return widen_bf16(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
-}
-
 // f32_to_bf16_bits on 8 lanes, the result in the top half of each 32-bit lane: u + 0x7fff + lsb,
 // where lsb is bit 16 of u (ties to even; added as the negated all-ones mask of an equality, which
 // costs no shift); a NaN lane gives u | 0x00400000, its quiet bit set.
@@ -105,28 +92,15 @@ inline __m256i top_halves_to_high() {
   return _mm256_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15,  //
                           -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15);
 }
-// The 8 rounded values in order.
-inline __m128i to_bf16(__m256 v) {
-  const __m256i h = _mm256_shuffle_epi8(round_to_bf16_high(v), top_halves_to_low());
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(h, 0x08));
-}
-inline void store(uint16_t* p, __m256 v) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), to_bf16(v));
-}
-inline void store(uint16_t* p, __m256 v, int64_t n) {
-  if (n == kLanes) return store(p, v);
-  alignas(16) uint16_t buf[kLanes];
-  _mm_store_si128(reinterpret_cast<__m128i*>(buf), to_bf16(v));
-  std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(uint16_t));
-}
 
 // ---- pairs: 16 values as two registers, for loops whose lanes are independent -------------------
-// bf16: one 32-byte load, interleaved with zeros (vpunpck{l,h}wd, which work within 128-bit lanes):
-// `lo` holds elements 0-3 and 8-11, `hi` elements 4-7 and 12-15, and the store puts them back in
-// order with two vpshufb and an or. Against two widening loads and a narrowing store this saves
-// the shifts and the cross-lane moves, a quarter of the time of a bf16 copy on Zen 1. An f32
-// operand of such a loop (a norm's gamma, RoPE's tables) is read in the same order with
-// load_pair_order; f32 rows alone are two plain registers (elements 0-7, 8-15).
+// bf16 -> f32 is exact (the 16 bits become the top half of the float): one 32-byte load,
+// interleaved with zeros (vpunpck{l,h}wd, which work within 128-bit lanes): `lo` holds elements
+// 0-3 and 8-11, `hi` elements 4-7 and 12-15, and the store puts them back in order with two
+// vpshufb and an or. Against two widening loads and a narrowing store this saves the shifts and
+// the cross-lane moves, a quarter of the time of a bf16 copy on Zen 1. An f32 operand of such a
+// loop (a norm's gamma, RoPE's tables) is read in the same order with load_pair_order; f32 rows
+// alone are two plain registers (elements 0-7, 8-15).
 constexpr int64_t kPairLanes = 16;
 struct Pair {
   __m256 lo, hi;
