@@ -26,7 +26,7 @@ using testing::within;
 constexpr double kU = 1.0 / (1 << 24);     // f32 unit roundoff 2^-24
 constexpr double kUBf16 = 1.0 / (1 << 8);  // bf16 unit roundoff (8 significant bits)
 const Activation kAllActs[] = {Activation::kLinear, Activation::kSilu, Activation::kGeluTanh,
-                               Activation::kGeluErf};
+                               Activation::kGeluErf, Activation::kSwish1702};
 
 // ---- simd_math.h ------------------------------------------------------------------------------
 
@@ -172,6 +172,8 @@ TEST(SimdMath, ErfcWithinStatedBound) {
 //   gelu tanh  u = sqrt(2/pi) (x + 0.044715 x^3) carries ~4 roundings, and sigmoid(2u) turns an
 //              absolute error e in 2u into a relative one of (1 - s) e: at most 4 * 2^-24 * |2u|.
 //   gelu erf   z = x / sqrt 2 carries one rounding; erfc's relative condition at z is ~2 z^2.
+//   swish 1.702  a = 1.702f x carries the constant's rounding and the product's: an absolute error
+//              of 2 * 2^-24 |a| in a, a relative one of at most that in sigmoid(a).
 // The backward's derivative has terms that cancel (silu' crosses 0 near x = -1.28), so its bound
 // is relative to the sum of the terms' magnitudes, not to the result. bf16 stores add 2^-9 of the
 // value.
@@ -186,6 +188,8 @@ double cond(Activation a, double x) {
       return 4.0 * std::abs(2.0 * gelu_u(x));
     case Activation::kGeluErf:
       return x * x;  // 2 z^2 with z = x / sqrt 2
+    case Activation::kSwish1702:
+      return 2.0 * std::abs(1.702 * x);
     default:
       return 0.0;
   }
@@ -207,6 +211,10 @@ double grad_terms(Activation a, double x) {
     }
     case Activation::kGeluErf:
       return 0.5 * std::erfc(-x / std::sqrt(2.0)) + std::abs(x) * std::exp(-0.5 * x * x) / std::sqrt(2 * pi);
+    case Activation::kSwish1702: {
+      double s = 1.0 / (1.0 + std::exp(-1.702 * x));
+      return s + std::abs(1.702 * x * s * (1 - s));
+    }
   }
   return 0;
 }
