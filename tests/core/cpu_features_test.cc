@@ -53,7 +53,9 @@ TEST(Isa, BestIsTheWidestSupported) {
 
 TEST(Isa, SettingNamesASupportedIsa) {
   for (Isa isa : kAll)
-    if (isa_supported(isa)) EXPECT_EQ(isa_from_setting(isa_name(isa)), isa);
+    if (isa_supported(isa)) {
+      EXPECT_EQ(isa_from_setting(isa_name(isa)), isa);
+    }
 }
 
 TEST(Isa, UnknownSettingSaysWhatIsAllowed) {

@@ -36,7 +36,7 @@ TEST(HangWatchdog, NamesTheRankThatSleepsInACollective) {
                     " -x TESSERA_TEST_SLEEP_IN_COLLECTIVE " +
                     testing::shell_quote(testing::tessera_binary().string()) + " train " +
                     testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
-  for (const std::string& a : args) cmd += " " + testing::shell_quote(a);
+  cmd += testing::shell_words(args);
   const auto t0 = std::chrono::steady_clock::now();
   const testing::CommandResult r = testing::run_command(cmd, 50);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

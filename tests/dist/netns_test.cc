@@ -31,12 +31,6 @@ std::vector<std::string> overrides(const fs::path& out, const std::string& run) 
           "enable_checkpointing=false"};
 }
 
-std::string words(const std::vector<std::string>& v) {
-  std::string s;
-  for (const std::string& w : v) s += " " + testing::shell_quote(w);
-  return s;
-}
-
 TEST(TwoHosts, DcnDataParallelOverVethEqualsOneHost) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "mpirun is not installed (Debian: openmpi-bin)";
   testing::TempDir dir("dist-netns");
@@ -48,7 +42,8 @@ TEST(TwoHosts, DcnDataParallelOverVethEqualsOneHost) {
   std::vector<std::string> two = overrides(dir.path, "two_hosts");
   two.push_back("dcn_data_parallelism=2");
   const testing::CommandResult r = testing::run_command(
-      script + " " + bin + " " + cfg + " " + testing::shell_quote((dir.path / "netns").string()) + words(two),
+      script + " " + bin + " " + cfg + " " + testing::shell_quote((dir.path / "netns").string()) +
+          testing::shell_words(two),
       120);
   if (r.exit_code == 77) GTEST_SKIP() << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -57,7 +52,7 @@ TEST(TwoHosts, DcnDataParallelOverVethEqualsOneHost) {
   std::vector<std::string> one = overrides(dir.path, "one_host");
   one.insert(one.end(), {"ici_fsdp_parallelism=1", "ici_data_parallelism=2"});
   const testing::CommandResult s =
-      testing::run_command(testing::mpirun(2) + " " + bin + " train " + cfg + words(one));
+      testing::run_command(testing::mpirun(2) + " " + bin + " train " + cfg + testing::shell_words(one));
   ASSERT_EQ(s.exit_code, 0) << s.output;
 
   const auto a = testing::read_metrics(dir.path / "one_host.jsonl");

@@ -55,12 +55,6 @@ std::vector<std::string> common_overrides(const fs::path& out, const std::string
           "eval_steps=2"};
 }
 
-std::string join_args(const std::vector<std::string>& args) {
-  std::string s;
-  for (const std::string& a : args) s += " " + testing::shell_quote(a);
-  return s;
-}
-
 // Runs `tessera train` on `np` ranks (one process when np = 1).
 CommandResult train(int np, const fs::path& out, const std::string& run, std::vector<std::string> extra) {
   std::vector<std::string> args = common_overrides(out, run);
@@ -73,7 +67,7 @@ CommandResult train(int np, const fs::path& out, const std::string& run, std::ve
   const std::string bin = testing::shell_quote(testing::tessera_binary().string());
   const std::string cfg = testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
   const std::string launch = np == 1 ? "" : testing::mpirun(np) + " ";
-  return testing::run_command(launch + bin + " train " + cfg + join_args(args), 120);
+  return testing::run_command(launch + bin + " train " + cfg + testing::shell_words(args), 120);
 }
 
 // A one-process plan of `model` (float32) holding the checkpoint's parameters.

@@ -162,8 +162,12 @@ TEST(ShardedPlan, PiecesHoldTheWholePlansInitialValues) {
         EXPECT_EQ(L.fsdp_dim, 0);
         EXPECT_EQ(L.stored.offset[0], rank * 8);
       }
-      if (v.logical_axes.size() == 1) EXPECT_FALSE(L.sharded());
-      if (L.layer >= 0 && L.sharded()) EXPECT_FALSE(L.gathered.empty());
+      if (v.logical_axes.size() == 1) {
+        EXPECT_FALSE(L.sharded());
+      }
+      if (L.layer >= 0 && L.sharded()) {
+        EXPECT_FALSE(L.gathered.empty());
+      }
       // The compute copy's piece is bf16(master piece).
       if (v.compute_copy != graph::kNoValue) {
         const Tensor& c = plan->state(v.compute_copy);

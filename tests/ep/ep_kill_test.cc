@@ -42,7 +42,7 @@ std::string train_command(const fs::path& out, const std::string& run) {
                                          "enable_tensorboard=false"};
   std::string s = testing::mpirun(2) + " " + testing::shell_quote(testing::tessera_binary().string()) +
                   " train " + testing::shell_quote(tessera::source_dir().string() + "/configs/base.yml");
-  for (const std::string& a : args) s += " " + testing::shell_quote(a);
+  s += testing::shell_words(args);
   return s;
 }
 

@@ -34,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::shell_quote;
+using testing::shell_words;
 using testing::tessera_binary;
 
 constexpr int kSteps = 3;
@@ -83,8 +84,8 @@ class ExpertParallelMpirun : public ::testing::Test {
                                            "log_period=1",
                                            "num_threads=1",
                                            "device_peak_tflops=1"};
-    for (const std::string& a : args) cmd += " " + shell_quote(a);
-    for (const std::string& a : extra) cmd += " " + shell_quote(a);
+    cmd += shell_words(args);
+    cmd += shell_words(extra);
     return testing::run_command(cmd, 300);
   }
 

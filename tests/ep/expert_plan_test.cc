@@ -64,8 +64,9 @@ TEST(ExpertPlan, EachRankHoldsItsExpertsAndExchangesAroundTheGroupedMatmuls) {
     from += n.op == graph::OpKind::kMoeFromExperts;
     to_bwd += n.op == graph::OpKind::kMoeToExpertsBwd;
     from_bwd += n.op == graph::OpKind::kMoeFromExpertsBwd;
-    if (n.op == graph::OpKind::kGroupedMatmul && !n.attr<graph::GroupedMatmulAttrs>().weight_grad)
+    if (n.op == graph::OpKind::kGroupedMatmul && !n.attr<graph::GroupedMatmulAttrs>().weight_grad) {
       EXPECT_EQ(p.graph().value(n.in[1]).shape[0], 2) << n.name;  // the local experts' weights
+    }
   }
   EXPECT_EQ(to, 2);
   EXPECT_EQ(from, 2);
@@ -91,8 +92,9 @@ TEST(ExpertPlan, TheBackwardDispatchOverlapsTheExpertWeightGradients) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = nodes[i];
     if (n.op == graph::OpKind::kMoeToExperts || n.op == graph::OpKind::kMoeFromExperts ||
-        n.op == graph::OpKind::kMoeFromExpertsBwd)
+        n.op == graph::OpKind::kMoeFromExpertsBwd) {
       EXPECT_FALSE(n.attr<graph::MoeExchangeAttrs>().deferred) << n.name;
+    }
     if (n.op != graph::OpKind::kMoeToExpertsBwd) continue;
     ++exchanges;
     SCOPED_TRACE(n.name);

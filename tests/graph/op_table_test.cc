@@ -30,7 +30,9 @@ TEST(OpTable, EveryKindHasOneCompleteEntry) {
     EXPECT_TRUE(names.insert(d.name).second) << d.name << " twice";
     EXPECT_NE(d.run, nullptr) << d.name;
     // A forward op (one a Graph method builds) infers its outputs and has a backward rule.
-    if (d.infer) EXPECT_NE(d.backward, nullptr) << d.name;
+    if (d.infer) {
+      EXPECT_NE(d.backward, nullptr) << d.name;
+    }
   }
   EXPECT_STREQ(graph::op_name(OpKind::kRmsNormBwd), "rms_norm_bwd");
 }

@@ -368,7 +368,9 @@ TEST(PlanSpec, FsdpScheduleListsEachGatherAndReduceScatterWithItsBytes) {
       EXPECT_EQ(c.bytes, whole_f32);
       EXPECT_EQ(c.when, L.layer >= 0 ? CollectiveWhen::kEveryPass : CollectiveWhen::kLastMicroStep);
       EXPECT_GE(c.issue, 0);
-      if (L.layer >= 0) EXPECT_LE(c.first_write, c.issue);
+      if (L.layer >= 0) {
+        EXPECT_LE(c.first_write, c.issue);
+      }
     }
   }
   EXPECT_EQ(layer_params, 3 * 7);  // q, k, v, out, wi_0, wi_1, wo in each of the 3 layers

@@ -315,7 +315,9 @@ TEST(ServerService, StreamsServerSentEvents) {
     const json& e = events[i];
     EXPECT_EQ(e["object"], "chat.completion.chunk");
     EXPECT_EQ(e["id"], events[0]["id"]);
-    if (i + 2 < events.size()) EXPECT_TRUE(e["choices"][0]["finish_reason"].is_null());
+    if (i + 2 < events.size()) {
+      EXPECT_TRUE(e["choices"][0]["finish_reason"].is_null());
+    }
     text += e["choices"][0]["delta"].value("content", "");
   }
   EXPECT_EQ(text, "uvwxy");

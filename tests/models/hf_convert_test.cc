@@ -917,8 +917,7 @@ TEST(Transformers, LoadsTesserasExportAndGivesTesserasLogits) {
     const fs::path hf = tmp / ("hf_" + cfg.run_name);
     to_hf(ckpt, hf, [&](convert::TesseraToHfOptions& o) { o.max_shard_bytes = m == 1 ? 40000u : 1u << 30; });
     want.push_back(tessera_logits(cfg, ckpt, tokens, B, T));
-    cmd += " " + testing::shell_quote(hf.string()) + " " +
-           testing::shell_quote((tmp / (cfg.run_name + ".f32")).string());
+    cmd += testing::shell_words({hf.string(), (tmp / (cfg.run_name + ".f32")).string()});
   }
   EXPECT_TRUE(fs::exists(tmp / "hf_mistral" / "model.safetensors.index.json"));
   cmd += " >" + testing::shell_quote((tmp / "py.txt").string()) + " 2>&1";
@@ -965,8 +964,7 @@ TEST(Transformers, LoadsEveryFamilysExportWithTesserasLogits) {
     to_tessera(kGolden / name, t);
     to_hf(t, h, [](convert::TesseraToHfOptions& o) { o.dtype = "float32"; });
     want.push_back(tessera_logits(converted_config(t), t, tokens, B, T));
-    cmd += " " + testing::shell_quote(h.string()) + " " +
-           testing::shell_quote((tmp / (std::string(name) + ".f32")).string());
+    cmd += testing::shell_words({h.string(), (tmp / (std::string(name) + ".f32")).string()});
   }
   cmd += " >" + testing::shell_quote((tmp / "py.txt").string()) + " 2>&1";
   const int status = std::system(cmd.c_str());

@@ -246,12 +246,13 @@ TEST(Matmul, FromTheBlockedCopyOfB) {
         const bool blocked = ab == DType::kF32 || widened || !trans_b;
         const bool reorders = reorders_b(
             {.m = t.m, .n = t.n, .k = t.k, .trans_b = trans_b, .ab_dtype = ab, .accumulate = accumulate});
-        if (!isa_supported(Isa::kAvx512))
+        if (!isa_supported(Isa::kAvx512)) {
           EXPECT_FALSE(reorders);
-        else if (!widened)
+        } else if (!widened) {
           EXPECT_EQ(reorders, blocked);
-        else if (!blocked)
+        } else if (!blocked) {
           EXPECT_FALSE(reorders);
+        }
         check_case(t, seed += 3);
         check_case(t, seed += 3);
       }

@@ -142,7 +142,9 @@ TEST(MoeDispatch, RowsGroupedByExpertInTokenOrderAndMaxTextsDropOrder) {
         }
     EXPECT_EQ(ints(rows), want_rows);
     EXPECT_EQ(ints(sizes), want_sizes);
-    if (capacity > 0) EXPECT_LT(next, N * k);  // the pattern overflows capacity 3
+    if (capacity > 0) {
+      EXPECT_LT(next, N * k);  // the pattern overflows capacity 3
+    }
     std::vector<double> want_xs(static_cast<size_t>(N * k * W), 0.0);
     for (int64_t a = 0; a < N * k; ++a)
       if (want_rows[static_cast<size_t>(a)] >= 0)
@@ -226,7 +228,9 @@ TEST(MoeLayer, CapacityDroppingMatchesADoubleEvaluation) {
     std::vector<int32_t> re;
     ops::moe_route_ref(lv, N, X, k, rw, re);
     const std::vector<int> kept = ops::moe_kept_ref(re, N, X, k, S, capacity);
-    if (!dense) EXPECT_LT(std::accumulate(kept.begin(), kept.end(), 0), N * k);
+    if (!dense) {
+      EXPECT_LT(std::accumulate(kept.begin(), kept.end(), 0), N * k);
+    }
     std::vector<double> want(static_cast<size_t>(N * E), 0.0);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t j = 0; j < k; ++j) {

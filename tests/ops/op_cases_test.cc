@@ -69,8 +69,13 @@ std::vector<CaseCheck> all_case_checks() {
 
 std::string shape_trace(const OpCase& c, const Dims& d, DType dt) {
   std::string s = c.name + " " + c.dims_doc + "=";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + " " + std::string(dtype_name(dt));
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(d[i]);
+  }
+  s += ' ';
+  s += dtype_name(dt);
+  return s;
 }
 
 void check_forward(const OpCase& c, DType dt) {

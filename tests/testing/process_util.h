@@ -31,6 +31,17 @@ inline std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+// Each of `words` quoted (shell_quote), each after one space: " 'a' 'b'"; empty for none. Appends
+// in place (GCC 12 reports a false -Wrestrict for `" " + std::string` at -O3).
+inline std::string shell_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) {
+    out += ' ';
+    out += shell_quote(w);
+  }
+  return out;
+}
+
 // A running `tessera` whose stdout and stderr come through one pipe.
 struct Child {
   pid_t pid = -1;

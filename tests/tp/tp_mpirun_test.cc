@@ -28,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::shell_quote;
+using testing::shell_words;
 using testing::tessera_binary;
 
 constexpr int kSteps = 3;
@@ -64,11 +65,11 @@ class TensorParallelMpirun : public ::testing::Test {
                                            "log_period=1",
                                            "num_threads=1",
                                            "device_peak_tflops=1"};
-    for (const std::string& a : args) cmd += " " + shell_quote(a);
+    cmd += shell_words(args);
     const bool model_named = std::any_of(extra.begin(), extra.end(),
                                          [](const std::string& a) { return a.starts_with("model_name="); });
     if (!model_named) cmd += " model_name=llama-test";
-    for (const std::string& a : extra) cmd += " " + shell_quote(a);
+    cmd += shell_words(extra);
     return testing::run_command(cmd, 120);
   }
 

@@ -300,7 +300,9 @@ TEST(VocabCrossEntropy, ReferenceGradientMatchesFiniteDifferences) {
       std::vector<double> lse_s, xt;
       ops::vocab_cross_entropy_partials_ref(xs, t, starts[p], vl, lse_s, xt);
       for (int64_t i = 0; i < n; ++i)
-        if (t[i] >= starts[p] && t[i] < starts[p + 1]) EXPECT_EQ(xt[i], x[i * vocab + t[i]]);
+        if (t[i] >= starts[p] && t[i] < starts[p + 1]) {
+          EXPECT_EQ(xt[i], x[i * vocab + t[i]]);
+        }
     }
   }
 }

@@ -103,7 +103,9 @@ TEST(Profiler, TraceCoversTheProfiledStepsWithEveryNode) {
     if (args.contains("node")) {
       const int n = args.at("node").get<int>();
       ASSERT_LT(n, static_cast<int>(nodes.size()));
-      if (e.at("cat") != "sync") EXPECT_EQ(e.at("name"), nodes[static_cast<size_t>(n)].name);
+      if (e.at("cat") != "sync") {
+        EXPECT_EQ(e.at("name"), nodes[static_cast<size_t>(n)].name);
+      }
       EXPECT_EQ(args.at("layer").get<int>(), nodes[static_cast<size_t>(n)].layer);
       EXPECT_TRUE(args.contains("phase") && args.contains("op"));
       if (e.at("cat") != "sync") nodes_by_step[step].insert(n);

@@ -198,6 +198,7 @@ void piece_views(const Shape& part, const Shape& hf, const HfPiece& p, Dims& n, 
 Shape part_shape(const Shape& hf, const HfPiece& p) {
   Shape s = hf;
   const int n = s.rank();
+  TESSERA_ASSERT(n >= (p.transpose ? 2 : 1));
   s[n - 1] /= p.count;
   if (p.transpose) std::swap(s[n - 1], s[n - 2]);
   return s;
@@ -250,6 +251,7 @@ void hf_piece_to_tessera(const Tensor& src, const HfPiece& p, const Tensor& dst,
          dtype_name(src.dtype()));
   Shape want = dst.shape();
   const int r = want.rank();
+  TESSERA_ASSERT(r >= (p.transpose ? 2 : 1));
   if (p.transpose) std::swap(want[r - 1], want[r - 2]);
   want[r - 1] *= p.count;
   if (!(src.shape() == want))

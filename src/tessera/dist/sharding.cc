@@ -56,7 +56,10 @@ std::vector<std::vector<MeshAxis>> mesh_axes_for(const std::vector<std::string>&
 std::string axes_name(const std::vector<MeshAxis>& axes) {
   if (axes.empty()) return "-";
   std::string s;
-  for (MeshAxis a : axes) s += (s.empty() ? "" : "+") + std::string(kMeshAxes[static_cast<int>(a)].axis);
+  for (MeshAxis a : axes) {
+    if (!s.empty()) s += '+';
+    s += kMeshAxes[static_cast<int>(a)].axis;
+  }
   return s;
 }
 
