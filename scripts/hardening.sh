@@ -18,11 +18,12 @@
 #           .ci/tidy-baseline can affect (tidy_sources), 2 at a time; all: 3.6 min
 #   tsan    clang -O1 build with TSan (build-tsan) of the library, test_infer, test_train and
 #           test_dist, then the server, scheduler, async checkpointing and communicator tests  3 min
+#   warnings  no compiler warning in the Release, ASan and TSan builds' logs (job_warnings)  1 s
 #   chaos   scripts/chaos.sh 10: 10 SIGKILLs on 1 rank, 10 on 2 ranks                  1 min
 # All of them after the Release build and suite (about 10 min): about 32 min of CI's 45.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-JOBS=${HARDENING_JOBS:-"format asan fuzz tidy tsan chaos"}
+JOBS=${HARDENING_JOBS:-"format asan fuzz tidy tsan warnings chaos"}
 RELEASE_BUILD=${BUILD_DIR:-build}
 NPROC=$(nproc)
 # ccache with base_dir at the checkout hashes paths relative to it, so a clone in another folder
@@ -49,7 +50,7 @@ job_format() { scripts/check_format.sh; }
 
 job_asan() {
   configure_sanitized build-asan address,undefined -DTESSERA_FUZZ=ON
-  cmake --build build-asan -j "$NPROC"
+  cmake --build build-asan -j "$NPROC" 2>&1 | tee build-asan/build.log
   # The per-ISA reruns of test_ops repeat a suite that already compares every ISA (for_each_isa):
   # left out here for time. Leaks are errors; third-party ones are suppressed (lsan.supp).
   local ubsan=print_stacktrace=1:halt_on_error=1
@@ -112,7 +113,7 @@ job_tidy() {
 
 job_tsan() {
   configure_sanitized build-tsan thread -DTESSERA_BUILD_TESTS=ON
-  cmake --build build-tsan -j "$NPROC" --target test_infer test_train test_dist tessera
+  cmake --build build-tsan -j "$NPROC" --target test_infer test_train test_dist tessera 2>&1 | tee build-tsan/build.log
   # One OpenMP thread: libomp is not instrumented, so TSan cannot see its barriers; the threads
   # under test are Tessera's own (connections, scheduler, checkpoint writer, communicator).
   local env=(env OMP_NUM_THREADS=1 TESSERA_BINARY="$PWD/build-tsan/tessera"
@@ -120,6 +121,22 @@ job_tsan() {
   "${env[@]}" build-tsan/test_infer --gtest_filter='ServerHttp.*:ServerScheduler.*:ServerService.*:ServerApi.*'
   "${env[@]}" build-tsan/test_train --gtest_filter='Checkpoints.*'
   "${env[@]}" build-tsan/test_dist --gtest_filter='SingleProcessCommunicator.*:MpiCommunicator.*'
+}
+
+# No compiler warnings, in GCC's Release build (scripts/setup.sh's log) or clang's sanitizer builds
+# (the logs job_asan and job_tsan leave); a log that is missing is skipped. Each log holds what its
+# last build compiled, every file on a clean clone (ccache replays a cached object's warnings).
+job_warnings() {
+  local log found=0
+  for log in "$RELEASE_BUILD/build.log" build-asan/build.log build-tsan/build.log; do
+    [ -f "$log" ] || continue
+    if grep -qE '(warning|error): ' "$log"; then
+      echo "$log:"
+      grep -E '(warning|error): ' "$log" | sort -u | head -30
+      found=1
+    fi
+  done
+  return "$found"
 }
 
 job_chaos() { TESSERA_BINARY="$RELEASE_BUILD/tessera" scripts/chaos.sh "${CHAOS_KILLS:-10}"; }

@@ -66,4 +66,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache")
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON "${launcher[@]}"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# The compiler's output is kept for CI's warnings job (scripts/hardening.sh); ccache replays a
+# cached object's warnings, so a clean clone's log holds every file's.
+cmake --build "$BUILD_DIR" -j "$(nproc)" 2>&1 | tee "$BUILD_DIR/build.log"
