@@ -21,12 +21,6 @@ using backends::MoeRouteProblem;
 inline float load(const void* p, int64_t i, bool bf16) {
   return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
-inline void store(void* p, int64_t i, float v, bool bf16) {
-  if (bf16)
-    static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
 
 // A row of `width` values of the given dtype, as f32 into `out`.
 inline void load_row(const void* base, int64_t row, int64_t width, bool bf16, float* out) {

@@ -26,8 +26,10 @@
 // GCC 12 reports the _mm512_undefined_* () inside several intrinsics as used uninitialized once
 // they are inlined (GCC bug 105593); the warning is spurious. The including file is an AVX-512
 // kernel build, which the other kernel files silence the same way.
+#ifndef __clang__  // clang has neither the bug nor -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace tessera::cpu::avx512v {
 namespace {
