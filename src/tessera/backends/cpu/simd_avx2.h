@@ -197,35 +197,60 @@ inline float sum_lanes(__m256 v) {
 // exp_f32 of simd_math.h on 8 lanes, operation for operation: the same clamp, reduction,
 // polynomial and fused multiply-adds, and the same scaling by 2^n as two exact-range factors
 // 2^(n/2 rounded down) and 2^(rest), so every lane equals exp_f32 bit for bit.
-inline __m256 exp_ps(__m256 x) {
+// exp_ps_n: U registers in place, their operations interleaved step by step. One register's exp
+// is a chain of some twenty dependent operations; on Zen 1 a loop of single exps runs at the pace
+// of how far the out-of-order window reaches into the next iteration (GCC does not reorder on
+// x86), and four chains in program order run 1.4x faster (simd_vec.h's exp_vec_n, measured).
+template <int U>
+inline void exp_ps_n(__m256 (&x)[U]) {
   const __m256 round = _mm256_set1_ps(12582912.0f);  // 1.5 * 2^23
-  // max/min return their second operand when either is NaN: a NaN lane passes through.
-  __m256 xc = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
-  xc = _mm256_min_ps(_mm256_set1_ps(88.73f), xc);
-  const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), round);
-  const __m256 n = _mm256_sub_ps(t, round);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(round));
-  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  __m256 t[U], r[U], p[U];
+  for (int u = 0; u < U; ++u) {
+    // max/min return their second operand when either is NaN: a NaN lane passes through.
+    const __m256 xc = _mm256_min_ps(_mm256_set1_ps(88.73f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x[u]));
+    t[u] = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), round);
+    r[u] = xc;
+  }
+  for (int u = 0; u < U; ++u) {
+    const __m256 n = _mm256_sub_ps(t[u], round);
+    r[u] = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), r[u]);
+    r[u] = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r[u]);
+  }
+  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[u], _mm256_set1_ps(1.3981999507e-3f));
+  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(8.3334519073e-3f));
+  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(4.1665795894e-2f));
+  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(1.6666665459e-1f));
+  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(5.0000001201e-1f));
+  for (int u = 0; u < U; ++u)
+    p[u] = _mm256_add_ps(_mm256_fmadd_ps(p[u], _mm256_mul_ps(r[u], r[u]), r[u]), _mm256_set1_ps(1.0f));
+  for (int u = 0; u < U; ++u) {
+    const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t[u]), _mm256_castps_si256(round));
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    x[u] = _mm256_mul_ps(_mm256_mul_ps(p[u], s1), s2);
+  }
+}
+inline __m256 exp_ps(__m256 x) {
+  __m256 v[1] = {x};
+  exp_ps_n(v);
+  return v[0];
 }
 
 // sigmoid(x) = 1 / (1 + exp(-x)) as the plain loops compute it (an IEEE division; see the file
-// comment on the add after exp's last product).
-inline __m256 sigmoid_ps(__m256 x) {
+// comment on the add after exp's last product); U registers in place, as exp_ps_n.
+template <int U>
+inline void sigmoid_ps_n(__m256 (&x)[U]) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  for (int u = 0; u < U; ++u) x[u] = _mm256_sub_ps(_mm256_setzero_ps(), x[u]);
+  exp_ps_n(x);
+  for (int u = 0; u < U; ++u) x[u] = _mm256_div_ps(one, _mm256_add_ps(one, x[u]));
+}
+inline __m256 sigmoid_ps(__m256 x) {
+  __m256 v[1] = {x};
+  sigmoid_ps_n(v);
+  return v[0];
 }
 
 }  // namespace
