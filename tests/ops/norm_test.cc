@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
+#include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
 
@@ -329,6 +332,38 @@ TEST(NormForward, InPlaceMatchesOutOfPlace) {
   ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, y, mean, rstd);
   ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, x, mean, rstd);
   EXPECT_EQ(std::memcmp(x.t.data(), y.t.data(), n * c * 4), 0);
+}
+
+// A NaN in gamma (every payload bit set, which rounding without a NaN check turns into -0) gives
+// NaN in its column of a bf16 output, wherever the column falls in the AVX2 build's 16-value pairs
+// (the store checks a pair for NaN once and rounds without the select when there is none), and
+// leaves the other columns as they were.
+TEST(NormForward, NanGammaReachesTheBf16Output) {
+  const int64_t n = 3, c = 45;  // two whole pairs and a tail of 13
+  const int64_t nan_cols[] = {0, 5, 12, 16, 31, 44};
+  OwnedTensor x(Shape{n, c}, DType::kBF16), y(Shape{n, c}, DType::kBF16), clean(Shape{n, c}, DType::kBF16),
+      gamma(Shape{c}, DType::kF32), rstd(Shape{n}, DType::kF32), mean(Shape{n}, DType::kF32);
+  testing::fill_uniform(x, 7);
+  auto check = [&](const char* what, auto&& norm) {
+    SCOPED_TRACE(what);
+    testing::for_each_isa([&] {
+      testing::fill_uniform(gamma, 8, 0.5, 1.5);
+      norm(clean);
+      for (int64_t j : nan_cols) gamma.t.ptr<uint32_t>()[j] = 0x7fffffffu;
+      norm(y);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < c; ++j) {
+          const uint16_t got = y.t.ptr<uint16_t>()[r * c + j];
+          if (std::find(std::begin(nan_cols), std::end(nan_cols), j) != std::end(nan_cols)) {
+            ASSERT_TRUE(std::isnan(bf16_to_f32(got))) << r << ", " << j;
+          } else {
+            ASSERT_EQ(got, clean.t.ptr<uint16_t>()[r * c + j]) << r << ", " << j;
+          }
+        }
+    });
+  };
+  check("rmsnorm", [&](OwnedTensor& out) { ops::rmsnorm_fwd(x, gamma, 1e-6f, out, rstd); });
+  check("layernorm", [&](OwnedTensor& out) { ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, out, mean, rstd); });
 }
 
 TEST(Norm, RejectsBadShapesAndDtypes) {

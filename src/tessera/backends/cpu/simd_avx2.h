@@ -75,10 +75,13 @@ inline void store(float* p, __m256 v, int64_t n) {
 // f32_to_bf16_bits on 8 lanes, the result in the top half of each 32-bit lane: u + 0x7fff + lsb,
 // where lsb is bit 16 of u (ties to even; added as the negated all-ones mask of an equality, which
 // costs no shift); a NaN lane gives u | 0x00400000, its quiet bit set.
+// kNoNaN: the caller knows no lane is NaN, and the NaN select is left out.
+template <bool kNoNaN = false>
 inline __m256i round_to_bf16_high(__m256 v) {
   const __m256i u = _mm256_castps_si256(v), bit16 = _mm256_set1_epi32(0x10000);
   const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(u, bit16), bit16);
   const __m256i r = _mm256_sub_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd);
+  if constexpr (kNoNaN) return r;
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
 }
@@ -109,9 +112,19 @@ inline Pair load_pair(const uint16_t* p) {
   const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), z = _mm256_setzero_si256();
   return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x))};
 }
+// One compare finds whether either register holds a NaN (lo and hi unordered); where neither does,
+// which is every pair but a diverged run's, the rounding leaves its NaN select out.
 inline void store_pair(uint16_t* p, const Pair& v) {
-  const __m256i lo = _mm256_shuffle_epi8(round_to_bf16_high(v.lo), top_halves_to_low());
-  const __m256i hi = _mm256_shuffle_epi8(round_to_bf16_high(v.hi), top_halves_to_high());
+  __m256i lo, hi;
+  if (_mm256_movemask_ps(_mm256_cmp_ps(v.lo, v.hi, _CMP_UNORD_Q)) == 0) [[likely]] {
+    lo = round_to_bf16_high<true>(v.lo);
+    hi = round_to_bf16_high<true>(v.hi);
+  } else {
+    lo = round_to_bf16_high(v.lo);
+    hi = round_to_bf16_high(v.hi);
+  }
+  lo = _mm256_shuffle_epi8(lo, top_halves_to_low());
+  hi = _mm256_shuffle_epi8(hi, top_halves_to_high());
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_or_si256(lo, hi));
 }
 inline Pair load_pair(const float* p) {
