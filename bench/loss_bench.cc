@@ -3,7 +3,7 @@
 // run (DESIGN.md principle 8: ratios, not absolute claims). These ops stream memory, so the
 // fraction of triad bandwidth is what says how good they are.
 //
-//   loss_bench [--quick]       ISA and thread count come from the machine and OMP_NUM_THREADS.
+//   loss_bench [--quick] [--in-cache]   ISA and thread count come from the machine and OMP_NUM_THREADS.
 //
 // Bytes are the compulsory traffic from each op's *_cost function (STREAM convention: a write
 // counts once, the write-allocate read is not counted), times are the best of several repetitions.
@@ -11,6 +11,12 @@
 // scatter-add) can pass 100% of triad: the triad's stores go to a separate array and cost a
 // write-allocate read that STREAM does not count (4/3 of the counted bytes move), theirs do not.
 // Memory comes from tessera::Arena (huge pages, pre-faulted), one arena per case, freed after it.
+//
+// --in-cache: the same cases on one thread at sizes whose working sets fit in a core's L2 (one
+// cross-entropy row, 16 K parameters, 64 embedding rows of a 1024-token table). Their GB/s are then
+// what the arithmetic sustains, and "ceiling" (that rate times the triad's thread count, over the
+// triad) is the most of the triad the case can reach at full size on this machine: below 100 %, it
+// is compute-bound here.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,6 +48,7 @@ struct Sizes {
 
 constexpr Sizes kFull = {8192, 32000, 125'000'000, 8192, 768, 32000, 5, 1.0};
 constexpr Sizes kQuick = {512, 32000, 8'000'000, 1024, 768, 32000, 3, 0.2};
+constexpr Sizes kInCache = {1, 32000, 16384, 64, 768, 1024, 200, 0.2};
 // 64 MiB per array. Several times a typical last-level cache, but not every one: the header prints
 // this machine's L3, and where 3 x 64 MiB is not well beyond it the triad flatters the machine.
 constexpr int64_t kTriadBytesPerArray = int64_t{64} << 20;
@@ -115,14 +122,18 @@ struct Row {
 class Table {
  public:
   void add(Row r) { rows_.push_back(std::move(r)); }
-  void print(double triad_gbs) const {
+  // ceiling_threads > 0: the rows after the first (the triad) ran in cache on one thread, and their
+  // last column is the ceiling (file comment) for that many threads.
+  void print(double triad_gbs, int ceiling_threads = 0) const {
     fmt::print("{:<34} {:<24} {:>10} {:>9} {:>9} {:>8}\n", "case", "size", "best ms", "GB/s", "GFLOP/s",
-               "% triad");
-    for (const Row& r : rows_) {
+               ceiling_threads > 0 ? "ceiling" : "% triad");
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const Row& r = rows_[i];
       const double gbs = r.bytes / r.seconds * 1e-9;
+      const int scale = ceiling_threads > 0 && i > 0 ? ceiling_threads : 1;
       fmt::print("{:<34} {:<24} {:>10.3f} {:>9.1f} {:>9} {:>7.0f}%\n", r.name, r.size, r.seconds * 1e3, gbs,
                  r.flops > 0 ? fmt::format("{:.1f}", r.flops / r.seconds * 1e-9) : "-",
-                 100 * gbs / triad_gbs);
+                 100 * gbs * scale / triad_gbs);
     }
   }
 
@@ -200,7 +211,7 @@ std::vector<Row> bench_optimizers(const Sizes& z) {
   Tensor pb = arena.tensor(Shape{n}, DType::kBF16);
   fill(p, -0.1f, 0.1f);
   fill(g, -1e-3f, 1e-3f);  // m and v start at 0: the arena's pages are zero
-  const std::string size = fmt::format("{:.1f} M params", n * 1e-6);
+  const std::string size = n >= 1'000'000 ? fmt::format("{:.1f} M params", n * 1e-6) : fmt::format("{} params", n);
   std::vector<Row> rows;
   for (bool copy : {false, true}) {
     ops::AdamWHyperparams hp;
@@ -253,28 +264,33 @@ std::vector<Row> bench_embedding(const Sizes& z) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, in_cache = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--in-cache") {
+      in_cache = true;
     } else {
-      fmt::print(stderr, "usage: {} [--quick]\n  unknown argument '{}'\n", argv[0], a);
+      fmt::print(stderr, "usage: {} [--quick] [--in-cache]\n  unknown argument '{}'\n", argv[0], a);
       return 2;
     }
   }
-  const Sizes& z = quick ? kQuick : kFull;
-  fmt::print("tessera loss_bench{}: isa {}, {} threads, L3 {}\n\n", quick ? " --quick" : "",
-             isa_name(active_isa()), num_threads(), l3_size());
+  const Sizes& z = in_cache ? kInCache : quick ? kQuick : kFull;
+  const int threads = num_threads();
+  fmt::print("tessera loss_bench{}{}: isa {}, {} threads, L3 {}\n\n", quick ? " --quick" : "",
+             in_cache ? " --in-cache (one thread after the triad)" : "", isa_name(active_isa()), threads,
+             l3_size());
   try {
     Table table;
-    const Row triad = bench_triad(z);
+    const Row triad = bench_triad(quick || in_cache ? kQuick : kFull);
     table.add(triad);
+    if (in_cache) set_num_threads(1);
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool fused : {false, true}) table.add(bench_cross_entropy(z, dt, fused));
     for (auto& r : bench_optimizers(z)) table.add(r);
     for (auto& r : bench_embedding(z)) table.add(r);
-    table.print(triad.bytes / triad.seconds * 1e-9);
+    table.print(triad.bytes / triad.seconds * 1e-9, in_cache ? threads : 0);
   } catch (const std::exception& e) {
     fmt::print(stderr, "loss_bench: {}\n", e.what());
     return 1;
