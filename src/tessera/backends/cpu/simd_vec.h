@@ -77,24 +77,18 @@ constexpr float kRoundMagic = 12582912.0f;
 constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
                 kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
 
-// max(lo, x) and min(hi, x) per lane, a NaN x kept: on AVX the max/min instructions return their
-// second operand where either is NaN, one instruction where the select costs a compare and a blend.
-inline VF max_keep_x(VF lo, VF x) {
+// min(hi, max(lo, x)) per lane, a NaN x kept: on AVX the max/min instructions return their second
+// operand where either is NaN, one instruction each where the select costs a compare and a blend.
+inline VF clamp_keep_nan(VF x, float lo, float hi) {
 #if defined(__AVX512F__)
-  return std::bit_cast<VF>(_mm512_max_ps(std::bit_cast<__m512>(lo), std::bit_cast<__m512>(x)));
+  const __m512 v = _mm512_max_ps(_mm512_set1_ps(lo), std::bit_cast<__m512>(x));
+  return std::bit_cast<VF>(_mm512_min_ps(_mm512_set1_ps(hi), v));
 #elif defined(__AVX__)
-  return std::bit_cast<VF>(_mm256_max_ps(std::bit_cast<__m256>(lo), std::bit_cast<__m256>(x)));
+  const __m256 v = _mm256_max_ps(_mm256_set1_ps(lo), std::bit_cast<__m256>(x));
+  return std::bit_cast<VF>(_mm256_min_ps(_mm256_set1_ps(hi), v));
 #else
-  return lo > x ? lo : x;  // comparisons with NaN are false
-#endif
-}
-inline VF min_keep_x(VF hi, VF x) {
-#if defined(__AVX512F__)
-  return std::bit_cast<VF>(_mm512_min_ps(std::bit_cast<__m512>(hi), std::bit_cast<__m512>(x)));
-#elif defined(__AVX__)
-  return std::bit_cast<VF>(_mm256_min_ps(std::bit_cast<__m256>(hi), std::bit_cast<__m256>(x)));
-#else
-  return hi < x ? hi : x;
+  x = x < lo ? splat(lo) : x;  // comparisons with NaN are false
+  return x > hi ? splat(hi) : x;
 #endif
 }
 
@@ -111,7 +105,7 @@ inline void exp_vec_n(VF (&x)[U]) {
   VF t[U], r[U], p[U];
 #pragma GCC unroll 16
   for (int u = 0; u < U; ++u) {
-    const VF xc = min_keep_x(splat(kExpHi), max_keep_x(splat(kExpLo), x[u]));  // NaN flows through
+    const VF xc = clamp_keep_nan(x[u], kExpLo, kExpHi);  // NaN flows through
     t[u] = xc * kLog2e + kRoundMagic;
     r[u] = xc;
   }
