@@ -211,7 +211,8 @@ std::vector<Row> bench_optimizers(const Sizes& z) {
   Tensor pb = arena.tensor(Shape{n}, DType::kBF16);
   fill(p, -0.1f, 0.1f);
   fill(g, -1e-3f, 1e-3f);  // m and v start at 0: the arena's pages are zero
-  const std::string size = n >= 1'000'000 ? fmt::format("{:.1f} M params", n * 1e-6) : fmt::format("{} params", n);
+  const std::string size =
+      n >= 1'000'000 ? fmt::format("{:.1f} M params", n * 1e-6) : fmt::format("{} params", n);
   std::vector<Row> rows;
   for (bool copy : {false, true}) {
     ops::AdamWHyperparams hp;

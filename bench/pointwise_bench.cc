@@ -82,8 +82,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--isa") {
       o.isa = next();
     } else {
-      std::fprintf(stderr,
-                   "usage: pointwise_bench [--quick] [--in-cache] [--reps R] [--threads N] [--isa avx2|avx512]\n");
+      std::fprintf(
+          stderr,
+          "usage: pointwise_bench [--quick] [--in-cache] [--reps R] [--threads N] [--isa avx2|avx512]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -190,7 +191,8 @@ int main(int argc, char** argv) {
         static_cast<long long>(z.d));
     const double triad = bench::stream_triad_gbps(kTriadBytesEach, o.reps);
     const int triad_threads = num_threads();
-    std::printf("stream triad (3 x 64 MiB f32, a = b + s*c, %d threads): %.1f GB/s\n\n", triad_threads, triad);
+    std::printf("stream triad (3 x 64 MiB f32, a = b + s*c, %d threads): %.1f GB/s\n\n", triad_threads,
+                triad);
     if (o.in_cache) set_num_threads(1);
 
     std::vector<Row> rows;

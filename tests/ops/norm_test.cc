@@ -363,7 +363,8 @@ TEST(NormForward, NanGammaReachesTheBf16Output) {
     });
   };
   check("rmsnorm", [&](OwnedTensor& out) { ops::rmsnorm_fwd(x, gamma, 1e-6f, out, rstd); });
-  check("layernorm", [&](OwnedTensor& out) { ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, out, mean, rstd); });
+  check("layernorm",
+        [&](OwnedTensor& out) { ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, out, mean, rstd); });
 }
 
 TEST(Norm, RejectsBadShapesAndDtypes) {

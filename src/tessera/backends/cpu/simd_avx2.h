@@ -229,7 +229,8 @@ inline void exp_ps_n(__m256 (&x)[U]) {
     r[u] = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), r[u]);
     r[u] = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r[u]);
   }
-  for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[u], _mm256_set1_ps(1.3981999507e-3f));
+  for (int u = 0; u < U; ++u)
+    p[u] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[u], _mm256_set1_ps(1.3981999507e-3f));
   for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(8.3334519073e-3f));
   for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(4.1665795894e-2f));
   for (int u = 0; u < U; ++u) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(1.6666665459e-1f));
