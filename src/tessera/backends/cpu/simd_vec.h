@@ -98,14 +98,24 @@ inline VF clamp_keep_nan(VF x, float lo, float hi) {
 // not reorder them on x86. U independent chains in program order do: on Zen 1 (AVX2) a sweep of
 // exps runs 1.4x faster with U = 4 than with U = 1 (U = 8 spills registers). Each lane's result is
 // exp_vec's, bit for bit, whatever U.
-// kBelowHi: for callers whose x <= kExpHi, or who discard the result where it is not: such lanes
-// give exp(kExpHi) = 2.2e38 instead of +inf, one select fewer.
-template <int U, bool kBelowHi = false>
+//
+// What exp gives above kExpHi, where a caller may trade it for fewer instructions:
+//   kInf     +inf, as exp in double would round to;
+//   kCapped  exp(kExpHi) = 2.2e38: one select fewer, for callers whose x <= kExpHi or who treat
+//            anything that large as +inf (the cross-entropy sweeps' sum bound);
+//   kNone    no result defined: for callers whose x never exceeds kExpHi (x - max in a softmax).
+//            No clamp at all (two instructions fewer than kCapped); below kExpLo the result
+//            itself is replaced by 0 (-inf included), NaN stays NaN.
+// At or below kExpHi each gives exp_vec's result bit for bit.
+enum class ExpAboveHi { kInf, kCapped, kNone };
+template <int U, ExpAboveHi kAbove = ExpAboveHi::kInf>
 inline void exp_vec_n(VF (&x)[U]) {
   VF t[U], r[U], p[U];
 #pragma GCC unroll 16
   for (int u = 0; u < U; ++u) {
-    const VF xc = clamp_keep_nan(x[u], kExpLo, kExpHi);  // NaN flows through
+    // NaN flows through; without the clamp, n and r below are garbage for x < kExpLo (NaN for
+    // -inf), which the final select discards.
+    const VF xc = kAbove == ExpAboveHi::kNone ? x[u] : clamp_keep_nan(x[u], kExpLo, kExpHi);
     t[u] = xc * kLog2e + kRoundMagic;
     r[u] = xc;
   }
@@ -132,8 +142,12 @@ inline void exp_vec_n(VF (&x)[U]) {
   for (int u = 0; u < U; ++u) {
     // 2^n, n in [-126, 127], from the integer in t's low mantissa bits.
     VI scale = (reinterpret_cast<VI>(t[u]) - (std::bit_cast<int32_t>(kRoundMagic) - 127)) << 23;
+    if constexpr (kAbove == ExpAboveHi::kNone) {
+      x[u] = x[u] < kExpLo ? VF{} : p[u] * reinterpret_cast<VF>(scale);  // exp(x) < FLT_MIN: 0
+      continue;
+    }
     scale = x[u] < kExpLo ? VI{} : scale;  // exp(x) < FLT_MIN: flush to 0 (-inf included)
-    if constexpr (!kBelowHi) scale = x[u] > kExpHi ? VI{} + 0x7f800000 : scale;  // +inf
+    if constexpr (kAbove == ExpAboveHi::kInf) scale = x[u] > kExpHi ? VI{} + 0x7f800000 : scale;  // +inf
     x[u] = p[u] * reinterpret_cast<VF>(scale);
   }
 }
