@@ -31,9 +31,9 @@
 //                     [--steps N] [--rounds N]
 //   --quick     fewer tokens and repetitions (about a minute for the 125m model).
 //   --steps N   batch-1 decode steps timed per round (default 16 with --quick, else 64).
-//   --rounds N  batch-1 rounds (default 3 with --quick, else 5), each after its own triad: the
-//               share of the bound is the median over rounds of tokens/s over that round's bound,
-//               with the rounds' range beside it.
+//   --rounds N  batch-1 rounds (default 3 with --quick, else 5), each between two triads whose
+//               mean is its bound: the share of the bound is the median over rounds of tokens/s
+//               over that round's bound, with the rounds' range beside it.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -259,7 +259,7 @@ double decode_rate(infer::Engine& e, int slots, int steps, std::vector<float>& l
   return static_cast<double>(slots) * steps / seconds_since(t0);
 }
 
-EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt, double triad,
+EngineRow engine_case(const Options& o, const std::string& model, const std::string& dt,
                       const cpu::DevicePeak& peak) {
   const models::ModelSpec spec = model_spec(model, dtype_from_name(dt));
   const int64_t prefill_len = o.quick ? 64 : 256, prompt = 16;
@@ -285,19 +285,23 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
   const double ceiling = std::max(peak.for_dtype(spec.dtype), peak.f32_flops);
   row.prefill_mfu = prefill_flops(spec, prefill_len) / tp / ceiling;
 
-  // Batch 1, in rounds: each measures the triad again, then decodes steps1 tokens after a fresh
-  // prompt. The row reports medians, and the share of the bound as the median of each round's
-  // tokens/s over its own triad's bound, so that the memory bandwidth drifting between runs and
-  // within one (10-15 % on some VMs) moves both sides of that ratio together.
+  // Batch 1, in rounds: each decodes steps1 tokens after a fresh prompt, between two triads, and
+  // its bound is their mean. The row reports medians, and the share of the bound as the median of
+  // each round's tokens/s over its own bound, so that the memory bandwidth drifting between runs
+  // and within one (10-15 % on some VMs; a busy neighbour moves it more) moves both sides of that
+  // ratio together. (A triad before the round alone, or the one at the start of the run, which the
+  // first round used, missed a change during the round or since the start.)
   row.weight_gb = weight_bytes_per_token(spec) / 1e9;
   const int rounds = o.rounds > 0 ? o.rounds : o.quick ? 3 : 5;
   std::vector<double> tps, triads, shares;
+  double before = bench::stream_triad_gbps(kTriadBytesEach, 3);
   for (int r = 0; r < rounds; ++r) {
-    const double t = r == 0 ? triad : bench::stream_triad_gbps(kTriadBytesEach, 3);
     engine->prefill(0, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
     tps.push_back(decode_rate(*engine, 1, steps1, logits));
+    const double after = bench::stream_triad_gbps(kTriadBytesEach, 3), t = 0.5 * (before + after);
     triads.push_back(t);
     shares.push_back(tps.back() * row.weight_gb / t);
+    before = after;
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -328,7 +332,7 @@ void engine_section(const Options& o, double triad) {
   fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& m : o.models)
     for (const std::string& dt : o.dtypes) {
-      const EngineRow r = engine_case(o, m, dt, triad, peak);
+      const EngineRow r = engine_case(o, m, dt, peak);
       fmt::print(
           "| {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.0f}-{:.0f}% | {} | {:.1f} | {:.1f}% | {:.1f} "
           "| "
