@@ -26,9 +26,10 @@ Config small_config(std::vector<std::string> extra = {}) {
                                 "device_peak_tflops=0.5",
                                 "enable_checkpointing=false",
                                 "enable_tensorboard=false"};
-  for (const std::string& e : extra)  // a model_name in `extra` replaces llama-test
-    if (e.starts_with("model_name=")) o[0] = e;
-  std::erase_if(extra, [](const std::string& e) { return e.starts_with("model_name="); });
+  for (const std::string& e : extra) {  // a key in `extra` replaces its default above
+    const std::string key = e.substr(0, e.find('=') + 1);
+    std::erase_if(o, [&](const std::string& d) { return d.starts_with(key); });
+  }
   o.insert(o.end(), extra.begin(), extra.end());
   return load_config(tessera::source_dir().string() + "/configs/base.yml", o);
 }
@@ -102,6 +103,20 @@ TEST(Trainer, HardwareFlopsCountTheBackwardAndTheRecomputation) {
   EXPECT_DOUBLE_EQ(g.recompute, matmul - 2 * B * S * E * V - L * 2 * B * S * F * E + attention);
   EXPECT_DOUBLE_EQ(g.executed_training(), f.executed_training() + g.recompute);
   EXPECT_NE(log.str().find("executed TFLOP per step "), std::string::npos) << log.str();
+}
+
+// A step faster than the peak (here a given one far below any CPU) is reported once, and a given
+// peak stays what MFU divides by (a calibrated one would be measured again: mfu_peak_test.cc).
+TEST(Trainer, AStepFasterThanTheGivenPeakIsReportedOnce) {
+  std::ostringstream log;
+  train::Trainer t(small_config({"device_peak_tflops=0.000001"}), log);
+  const train::StepMetrics m = t.step();
+  t.step();
+  EXPECT_NEAR(m.mfu, m.tflops_per_device / 1e-6, 1e-6 * m.mfu);
+  const std::string text = log.str(), said = "above device_peak_tflops (0.0 GFLOP/s)";
+  ASSERT_NE(text.find("peak: step 0 executed "), std::string::npos) << text;
+  EXPECT_NE(text.find(said), std::string::npos) << text;
+  EXPECT_EQ(text.find(said, text.find(said) + 1), std::string::npos) << text;
 }
 
 // A mixture of experts counts active parameters only (MaxText's MoE formula: the router, and the

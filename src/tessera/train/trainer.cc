@@ -145,10 +145,12 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
 
   const DType compute = spec_.dtype;
   if (cfg.device_peak_tflops > 0) {
-    peak_flops_ = cfg.device_peak_tflops * 1e12;
+    mfu_peak_ = MfuPeak(cfg.device_peak_tflops * 1e12, nullptr);
   } else {
     peak_ = backends::backend_for(Device::cpu()).calibrate_peak(0.05);
-    peak_flops_ = peak_.for_dtype(compute);
+    mfu_peak_ = MfuPeak(peak_.for_dtype(compute), [compute] {
+      return backends::backend_for(Device::cpu()).calibrate_peak(0.05).for_dtype(compute);
+    });
   }
   startup_seconds_ = since(t0);
   if (mesh_->num_devices() > 1) log_ << mesh_->describe() << "\n";
@@ -158,7 +160,7 @@ Trainer::Trainer(const Config& cfg, std::ostream& log, dist::Mesh* mesh) : cfg_(
       "(MaxText's count over this rank's plan: 3 x forward matmul + causal attention, recompute not "
       "counted), executed TFLOP per step {:.4f} (backward and recompute as run); start-up {:.2f} s "
       "(plan and arenas {:.2f} s, init {:.2f} s)\n",
-      isa_name(active_isa()), num_threads(), peak_flops_ / 1e9, dtype_name(compute),
+      isa_name(active_isa()), num_threads(), mfu_peak_.flops() / 1e9, dtype_name(compute),
       cfg.device_peak_tflops > 0                  ? "device_peak_tflops"
       : compute == DType::kBF16 && peak_.bf16_amx ? "calibrated on the AMX tiles"
                                                   : "calibrated",
@@ -436,10 +438,11 @@ StepMetrics Trainer::step() {
   const double flops = plan_->flops().model_training() * static_cast<double>(micro_steps);
   r.tflops_per_device = flops / r.seconds / 1e12;
   r.tokens_per_device = static_cast<double>(counted) / static_cast<double>(mesh_->num_devices()) / r.seconds;
-  r.mfu = flops / r.seconds / peak_flops_;
   const double executed = plan_->flops().executed_training() * static_cast<double>(micro_steps);
+  log_ << mfu_peak_.observe(step_, executed / r.seconds);
+  r.mfu = flops / r.seconds / mfu_peak_.flops();
   r.hw_tflops_per_device = executed / r.seconds / 1e12;
-  r.hfu = executed / r.seconds / peak_flops_;
+  r.hfu = executed / r.seconds / mfu_peak_.flops();
   diag_->step_end(step_, r.seconds);
   if (Goodput* g = diag_->goodput()) g->add_step(step_, r.seconds, data_seconds);
   ++step_;

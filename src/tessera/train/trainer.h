@@ -5,7 +5,8 @@
 //   total_weights: 8192, loss: 7.123, MFU: 51.2%
 // TFLOP/s counts model FLOPs as MaxText does (3 x forward matmul and causal-attention FLOPs;
 // recomputation not counted); MFU divides by the device's peak for the compute dtype, measured by
-// a calibration loop at start-up unless device_peak_tflops is set.
+// a calibration loop at start-up unless device_peak_tflops is set, and measured again whenever a
+// step runs faster than it (mfu_peak.h).
 //
 // Where the state comes from, in MaxText's order: the newest intact checkpoint of run_name (with
 // enable_checkpointing), else load_parameters_path (parameters only, step 0) or
@@ -39,6 +40,7 @@
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/diagnostics.h"
 #include "tessera/train/metrics_writer.h"
+#include "tessera/train/mfu_peak.h"
 #include "tessera/train/schedule.h"
 #include "tessera/train/tensorboard.h"
 
@@ -119,8 +121,8 @@ class Trainer {
   std::unique_ptr<Diagnostics> diag_;             // stack traces, hang watchdog, trace profiler, goodput
   std::chrono::steady_clock::time_point run_t0_;  // the trainer's construction: goodput's wall time
   LrSchedule schedule_;
-  backends::DevicePeak peak_;
-  double peak_flops_ = 0;
+  backends::DevicePeak peak_;     // the start-up calibration (where bf16 runs, for the log)
+  MfuPeak mfu_peak_{0, nullptr};  // what MFU and HFU divide by (mfu_peak.h)
   int64_t step_ = 0;
   double startup_seconds_ = 0;
   std::unique_ptr<data::DataIterator> data_;
