@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace tessera::train {
 namespace {
 
@@ -12,6 +14,8 @@ TEST(MfuPeak, AStepAtOrBelowThePeakChangesNothing) {
   MfuPeak peak(200e9, [&] { return ++calls, 300e9; });
   EXPECT_EQ(peak.observe(0, 150e9), "");
   EXPECT_EQ(peak.observe(1, 200e9), "");
+  EXPECT_EQ(peak.observe(2, std::numeric_limits<double>::infinity()), "");  // a step of 0 s
+  EXPECT_EQ(peak.observe(3, std::numeric_limits<double>::quiet_NaN()), "");
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(peak.flops(), 200e9);
 }
@@ -23,7 +27,8 @@ TEST(MfuPeak, AFasterStepCalibratesAgainAndTakesTheLargest) {
   const std::string line = peak.observe(120, 289e9);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(peak.flops(), 330e9);  // the new calibration
-  EXPECT_NE(line.find("step 120 executed 289.0 GFLOP/s, above the calibrated peak of 234.8"), std::string::npos)
+  EXPECT_NE(line.find("step 120 executed 289.0 GFLOP/s, above the calibrated peak of 234.8"),
+            std::string::npos)
       << line;
   EXPECT_NE(line.find("now divide by 330.0 GFLOP/s"), std::string::npos) << line;
   EXPECT_EQ(peak.observe(121, 320e9), "");  // below the raised peak: no calibration

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace tessera::train {
@@ -11,7 +12,7 @@ MfuPeak::MfuPeak(double flops, std::function<double()> calibrate)
     : flops_(flops), calibrate_(std::move(calibrate)) {}
 
 std::string MfuPeak::observe(int64_t step, double rate) {
-  if (!(rate > flops_)) return {};
+  if (!std::isfinite(rate) || !(rate > flops_)) return {};  // a zero-length step's rate says nothing
   if (!calibrate_) {
     if (reported_given_) return {};
     reported_given_ = true;
