@@ -129,9 +129,9 @@ void print_cost(const compile::CostReport& c, std::ostream& out) {
       "tensor all-reduces {:.4f} s, expert all-to-alls {:.4f} s, optimizer {:.4f} s)\n",
       c.step_seconds, c.compute_seconds, c.overlapped_comm_seconds, c.exposed_comm_seconds,
       c.tensor_comm_seconds, c.expert_comm_seconds, c.optimizer_seconds);
-  fmt::print(out, "estimated MFU: {:.1f}% of {:.1f} TFLOP/s; {:.1f} tokens/s/device; {:.1f} TFLOP/s/device\n",
-             100 * c.mfu, c.peak_flops / 1e12, c.tokens_per_s_per_device,
-             c.model_flops / c.step_seconds / 1e12);
+  fmt::print(out, "estimated MFU: {:.1f}% of {}; {:.1f} tokens/s/device; {}/device\n", 100 * c.mfu,
+             compile::tflops_text(c.peak_flops), c.tokens_per_s_per_device,
+             compile::tflops_text(c.model_flops / c.step_seconds));
   fmt::print(out, "assumptions:\n");
   for (const std::string& a : c.assumptions) fmt::print(out, "  - {}\n", a);
 }

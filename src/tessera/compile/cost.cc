@@ -119,9 +119,9 @@ std::vector<std::string> assumptions_of(const CostReport& r, const Config& cfg, 
   // Each assumption is one std::string: several lines of one literal are one sentence, not
   // literals missing their commas.
   return {
-      fmt::format("each node takes max(FLOPs / ({:.1f} TFLOP/s {} peak x {:.0f}% GEMM efficiency), bytes / "
+      fmt::format("each node takes max(FLOPs / ({} {} peak x {:.0f}% GEMM efficiency), bytes / "
                   "{:.0f} GB/s)",
-                  r.peak_flops / 1e12, cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
+                  tflops_text(r.peak_flops), cfg.dtype, 100 * d.gemm_efficiency, d.hbm_bytes_per_s / 1e9),
       std::string(
           "FLOPs: matmuls and attention only (the op table's counts); elementwise ops cost their bytes"),
       std::string(

@@ -254,16 +254,21 @@ CpuMachine measure_cpu_machine() {
   return m;
 }
 
+std::string tflops_text(double flops_per_s) {
+  const double t = flops_per_s / 1e12;
+  return fmt::format("{:.{}f} TFLOP/s", t, t < 10 ? 3 : 1);
+}
+
 std::string Topology::describe() const {
   const Target& d = device;
   std::string slices = num_slices > 1 ? fmt::format(" x {} slices", num_slices) : "";
   std::string eff =
       d.gemm_efficiency < 1 ? fmt::format(" (measured GEMM: {:.0f}% of it)", 100 * d.gemm_efficiency) : "";
   return fmt::format(
-      "{}{}: {} x {} ({}), {:.1f} GiB each ({:.2f} GiB reserved), peak {:.1f} TFLOP/s bf16 / {:.1f} f32{}, "
+      "{}{}: {} x {} ({}), {:.1f} GiB each ({:.2f} GiB reserved), peak {} bf16 / {} f32{}, "
       "memory {:.0f} GB/s, links {:.1f} GB/s in a node / {:.2f} GB/s between nodes, {} per node",
       name, slices, num_devices(), d.name, target_kind_name(d.kind), d.memory_bytes / kGiB,
-      d.reserved_bytes / kGiB, d.peak_bf16_flops / kTera, d.peak_f32_flops / kTera, eff,
+      d.reserved_bytes / kGiB, tflops_text(d.peak_bf16_flops), tflops_text(d.peak_f32_flops), eff,
       d.hbm_bytes_per_s / kGB, d.intra_node_bytes_per_s / kGB, d.inter_node_bytes_per_s / kGB,
       d.devices_per_node);
 }

@@ -60,6 +60,10 @@ struct CpuMachine {
 // About 0.3 s: the peak calibration (backends/cpu/peak.h), one GEMM and one streaming read.
 CpuMachine measure_cpu_machine();
 
+// FLOP/s as TFLOP/s for a report line, with the digits a CPU's fraction of a TFLOP/s needs
+// ("0.212 TFLOP/s", "989.5 TFLOP/s").
+std::string tflops_text(double flops_per_s);
+
 // A named slice of devices times compile_topology_num_slices.
 struct Topology {
   std::string name;  // as given: "v5e-256", "h100-80gb-4", "cpu-1x2"
