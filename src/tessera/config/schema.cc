@@ -96,7 +96,8 @@ void add_run_keys(std::vector<FieldSpec>& t) {
             "run on.");
   g.real("device_peak_tflops", &Config::device_peak_tflops, "0.0", at_least(0),
          "Peak dense TFLOP/s of one device in the compute dtype, used for MFU. 0 = measure it at "
-         "start-up with a short GEMM calibration.");
+         "start-up with a short calibration loop (FMAs, or the bf16 dot product or AMX tiles, on every "
+         "thread), and again whenever a step runs faster than it.");
 }
 
 void add_model_keys(std::vector<FieldSpec>& t) {
