@@ -1,9 +1,16 @@
 // The AMX tile products of attention_amx.h. Four accumulator tiles hold a 32 x 32 block of C
 // (tiles 0-3), two hold A's 16-row strips (4, 5) and two B's 16-column strips (6, 7), so each
-// step of 32 in K loads four tiles for four TDPBF16PS; edge blocks of 16 use fewer.
+// step of 32 in K loads four tiles for four TDPBF16PS; edge blocks of 16 use fewer. Built with the
+// AVX-512 flags besides AMX's (every CPU with the tiles has AVX-512), for the column maxima.
 #include "tessera/backends/cpu/attention_amx.h"
 
 #include <immintrin.h>
+
+// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps as "may be used uninitialized" once
+// it is inlined (GCC bug 105593); the warning is spurious.
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace tessera::cpu::amx {
 namespace {
@@ -19,7 +26,7 @@ struct alignas(64) TileConfig {  // the LDTILECFG operand: palette 1
 }  // namespace
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint32_t* b,
-               int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+               int64_t ldb, float* c, int64_t ldc, bool accumulate, float* col_max) {
   // Every tile 16 rows of 64 bytes. Loaded on every call: other code on this thread (oneDNN's
   // matmuls) configures the tiles its own way between calls.
   TileConfig cfg;
@@ -60,6 +67,15 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, 
       if (two_j) _tile_stored(1, c00 + 16, sc);
       if (two_i) _tile_stored(2, c10, sc);
       if (two_i && two_j) _tile_stored(3, c10 + 16, sc);
+      if (col_max) {  // the block's rows, still in L1
+        __m512 m0 = _mm512_loadu_ps(col_max + j), m1 = two_j ? _mm512_loadu_ps(col_max + j + 16) : m0;
+        for (int64_t r = 0; r < (two_i ? 32 : 16); ++r) {
+          m0 = _mm512_max_ps(m0, _mm512_loadu_ps(c00 + r * ldc));
+          if (two_j) m1 = _mm512_max_ps(m1, _mm512_loadu_ps(c00 + r * ldc + 16));
+        }
+        _mm512_storeu_ps(col_max + j, m0);
+        if (two_j) _mm512_storeu_ps(col_max + j + 16, m1);
+      }
     }
   }
   _tile_release();
