@@ -5,16 +5,23 @@
 // with the hardware rate (every FLOP executed, recompute included), its fraction of that peak (HFU)
 // and what the bf16 peak stands on: vdpbf16ps's one-thread rate over the f32 FMAs', and AMX.
 //
-//   build/train_bench [--warmup 2] [--steps 10] configs/base.yml model_name=llama-125m dtype=bfloat16 ...
+//   build/train_bench [--warmup 2] [--steps 10] [--profile] [--bf16-attention f32|vdpbf16ps|amx]
+//                     configs/base.yml model_name=llama-125m dtype=bfloat16 ...
+//
+// --bf16-attention pins where bf16 attention runs its products (attention_products.h) instead of
+// the automatic choice. With ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 and vdpbf16ps, an AMX Xeon runs
+// every bf16 product of the step on vdpbf16ps, the path of a CPU without AMX (AMD Zen 4/5).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tessera/backends/cpu/attention_products.h"
 #include "tessera/backends/cpu/peak.h"
 #include "tessera/config/config.h"
 #include "tessera/core/cpu_features.h"
@@ -40,6 +47,7 @@ long peak_rss_kib() {
 int main(int argc, char** argv) {
   int warmup = 2, steps = 10;
   bool profile = false;
+  std::string attention;  // empty: the automatic choice
   std::string config = (tessera::source_dir() / "configs" / "base.yml").string();
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -50,6 +58,8 @@ int main(int argc, char** argv) {
       steps = std::stoi(argv[++i]);
     else if (a == "--profile")
       profile = true;
+    else if (a == "--bf16-attention" && i + 1 < argc)
+      attention = argv[++i];
     else if (a.find('=') == std::string::npos)
       config = a;
     else
@@ -66,6 +76,16 @@ int main(int argc, char** argv) {
   overrides.push_back(fmt::format("steps={}", warmup + steps));
   overrides.push_back("log_period=1");
   try {
+    using tessera::cpu::Bf16Products;
+    if (!attention.empty()) {
+      std::optional<Bf16Products> pin;
+      for (Bf16Products p : {Bf16Products::kF32, Bf16Products::kDot, Bf16Products::kTiles})
+        if (tessera::cpu::products_name(p) == attention) pin = p;
+      if (!pin)
+        throw tessera::Error(tessera::ErrorKind::kConfig,
+                             "--bf16-attention " + attention + ": expected f32, vdpbf16ps or amx");
+      tessera::cpu::pin_bf16_attention_products(pin);
+    }
     tessera::Config cfg = tessera::load_config(config, overrides);
     tessera::train::Trainer trainer(cfg, std::cerr);
     std::vector<tessera::train::StepMetrics> measured;
@@ -85,12 +105,13 @@ int main(int argc, char** argv) {
                      "\"tflops_per_device\": {:.4f}, \"tokens_per_second\": {:.1f}, \"mfu\": {:.4f}, "
                      "\"hw_tflops_per_device\": {:.4f}, \"hfu\": {:.4f}, "
                      "\"peak_gflops\": {:.1f}, \"bf16_dot_speedup\": {:.2f}, \"amx\": {}, "
-                     "\"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
+                     "\"bf16_attention\": \"{}\", \"startup_seconds\": {:.3f}, \"planned_bytes\": {}, "
                      "\"peak_rss_bytes\": {}, \"loss\": {:.4f}}}",
                      cfg.dtype, cfg.remat_policy, med.seconds, med.tflops_per_device, med.tokens_per_device,
                      med.mfu, med.hw_tflops_per_device, med.hfu, med.tflops_per_device * 1e3 / med.mfu,
-                     tessera::cpu::bf16_dot_speedup(), tessera::amx_bf16_usable(), trainer.startup_seconds(),
-                     mem.total(), peak_rss_kib() * 1024, measured.back().loss)
+                     tessera::cpu::bf16_dot_speedup(), tessera::cpu::amx_tiles_in_use(),
+                     tessera::cpu::products_name(tessera::cpu::bf16_attention_products()),
+                     trainer.startup_seconds(), mem.total(), peak_rss_kib() * 1024, measured.back().loss)
               << std::endl;
   } catch (const tessera::Error& e) {
     std::cerr << "train_bench: " << e.what() << "\n";

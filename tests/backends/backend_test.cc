@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/backends/cpu/attention_products.h"
+#include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/backends/cpu/peak.h"
 #include "tessera/backends/cpu/peak_kernels.h"
 #include "tessera/backends/kernels.h"
@@ -139,14 +143,33 @@ TEST(CpuPeak, AmxLoopAccumulatesWhatItCounts) {
 TEST(CpuPeak, Bf16PeakIsTheAmxTilesWhereTheyAreUsable) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   const backends::DevicePeak p = cpu::calibrate_cpu_peak(0.01, Isa::kAvx512);
-  EXPECT_EQ(p.bf16_amx, amx_bf16_usable());
+  EXPECT_EQ(p.bf16_amx, cpu::amx_tiles_in_use());
   EXPECT_GT(p.bf16_flops, 0);
   EXPECT_FALSE(cpu::calibrate_cpu_peak(0.01, Isa::kAvx2).bf16_amx);
   // Where bf16 attention runs its products (attention_products.h): the tiles, or vdpbf16ps or f32
   // by the calibration; below AVX-512 always f32.
   EXPECT_EQ(p.bf16_attention,
-            cpu::products_name(cpu::choose_products(true, amx_bf16_usable(), cpu::bf16_dot_speedup())));
+            cpu::products_name(cpu::choose_products(true, cpu::amx_tiles_in_use(), cpu::bf16_dot_speedup())));
   EXPECT_EQ(cpu::calibrate_cpu_peak(0.01, Isa::kAvx2).bf16_attention, "f32");
+}
+
+// One setting moves every bf16 product of a run off the AMX tiles: oneDNN's ISA limit
+// (ONEDNN_MAX_CPU_ISA) decides whether its GEMMs run there, and attention and the bf16 peak follow.
+// CTest runs this suite once more with ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+// (backends_onednn_without_amx), where an AMX CPU must then use no tiles anywhere.
+TEST(CpuPeak, Bf16ProductsUseTheAmxTilesOnlyWhereOneDnnDoes) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  EXPECT_EQ(cpu::amx_tiles_in_use(), amx_bf16_usable() && cpu::onednn_matmul_amx());
+  const std::string impl = cpu::onednn_matmul_impl(
+      {.m = 2048, .n = 768, .k = 768, .ab_dtype = DType::kBF16, .c_dtype = DType::kBF16});
+  EXPECT_EQ(impl.find("amx") != std::string::npos, cpu::amx_tiles_in_use()) << impl;
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (limit != nullptr && std::string_view(limit) == "AVX512_CORE_BF16") {
+    EXPECT_FALSE(cpu::amx_tiles_in_use());
+  }
+  const backends::DevicePeak p = cpu::calibrate_cpu_peak(0.01, Isa::kAvx512);
+  EXPECT_EQ(p.bf16_amx, cpu::amx_tiles_in_use());
+  EXPECT_EQ(p.bf16_attention == "amx", cpu::amx_tiles_in_use());
 }
 
 }  // namespace

@@ -404,7 +404,7 @@ TEST(Attention, Bf16ProductsFollowTheCalibration) {
   EXPECT_LT(speedup, 8.0);
   const Isa before = active_isa();
   set_active_isa(Isa::kAvx512);
-  EXPECT_EQ(cpu::bf16_attention_products(), cpu::choose_products(true, amx_bf16_usable(), speedup));
+  EXPECT_EQ(cpu::bf16_attention_products(), cpu::choose_products(true, cpu::amx_tiles_in_use(), speedup));
   set_active_isa(Isa::kAvx2);
   EXPECT_EQ(cpu::bf16_attention_products(), Bf16Products::kF32);
   set_active_isa(before);

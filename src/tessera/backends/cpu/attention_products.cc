@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "tessera/backends/cpu/onednn_matmul.h"
 #include "tessera/backends/cpu/peak.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
@@ -26,6 +27,11 @@ std::string_view products_name(Bf16Products p) {
   return "unknown";
 }
 
+bool amx_tiles_in_use() {
+  static const bool in_use = amx_bf16_usable() && onednn_matmul_amx();
+  return in_use;
+}
+
 Bf16Products choose_products(bool avx512, bool amx_usable, double dot_speedup) {
   if (avx512 && amx_usable) return Bf16Products::kTiles;
   if (avx512 && dot_speedup >= 1.5) return Bf16Products::kDot;
@@ -34,7 +40,7 @@ Bf16Products choose_products(bool avx512, bool amx_usable, double dot_speedup) {
 
 Bf16Products automatic_products(bool avx512) {
   if (!avx512) return Bf16Products::kF32;
-  const bool amx = amx_bf16_usable();
+  const bool amx = amx_tiles_in_use();
   return choose_products(true, amx, amx ? 0.0 : bf16_dot_speedup());
 }
 

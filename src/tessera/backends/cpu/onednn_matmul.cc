@@ -497,6 +497,12 @@ bool onednn_matmul_native_bf16() {
   return OnednnMatmul::instance().native_bf16();
 }
 
+bool onednn_matmul_amx() {
+  // The ISA values are nested bit sets; AVX512_CORE_AMX's bits are those every AMX level includes.
+  const auto amx = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_amx);
+  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & amx) == amx;
+}
+
 void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes) {
   OnednnMatmul::instance().force_widened(on, chunk_bytes);
 }

@@ -88,6 +88,11 @@ size_t onednn_matmul_scratchpad_bytes();
 // size of the widened operands' shared buffer in bytes (0 until a widened GEMM ran).
 bool onednn_matmul_native_bf16();
 size_t onednn_matmul_widened_bytes();
+// Whether oneDNN may run GEMMs on the AMX tiles: the CPU has them and no limit set through oneDNN's
+// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) environment variable stops below AVX512_CORE_AMX.
+// Tessera's own AMX users (bf16 attention, the bf16 peak) follow it, so that one setting moves every
+// bf16 product of a run off the tiles (cpu::amx_tiles_in_use, attention_products.h).
+bool onednn_matmul_amx();
 // The widened operands' buffer a call of `g` needs (tessera compile's memory prediction; the
 // buffer is shared, so a run needs its largest GEMM's): 0 unless `g` is bf16 and this CPU widens
 // it. The GEMM then runs in f32, its blocked copy (blocked_b_copy_bytes) too.

@@ -78,9 +78,9 @@ DevicePeak calibrate_cpu_peak(double seconds, Isa isa) {
   DevicePeak p;
   p.f32_flops = measure(k.fma_f32, seconds);
   p.bf16_flops = k.dot_bf16 ? measure(k.dot_bf16, seconds) : p.f32_flops;
-  // Where AMX is usable oneDNN's bf16 GEMMs run on it, many times the vdpbf16ps rate: the bf16
+  // Where AMX is in use oneDNN's bf16 GEMMs run on it, many times the vdpbf16ps rate: the bf16
   // peak is then AMX's (on a 2-core Xeon VM: about 10x; an MFU against vdpbf16ps read 290 %).
-  if (isa == Isa::kAvx512 && amx_bf16_usable()) {
+  if (isa == Isa::kAvx512 && amx_tiles_in_use()) {
     p.bf16_flops = std::max(p.bf16_flops, measure(amx::dot_bf16, seconds));
     p.bf16_amx = true;
   }
