@@ -84,7 +84,9 @@ DevicePeak calibrate_cpu_peak(double seconds, Isa isa) {
     p.bf16_flops = std::max(p.bf16_flops, measure(amx::dot_bf16, seconds));
     p.bf16_amx = true;
   }
-  p.bf16_attention = products_name(automatic_products(isa == Isa::kAvx512));
+  // What this run's bf16 attention uses: a pinned choice (benchmarks) shows, for the active ISA.
+  p.bf16_attention = products_name(isa == active_isa() ? bf16_attention_products()
+                                                       : automatic_products(isa == Isa::kAvx512));
   return p;
 }
 
