@@ -87,6 +87,8 @@ struct Reference {
   std::string run = "one";
   std::vector<std::string> extra;  // also given to the N-rank run
   double loss_rtol = 1e-6;
+  // A parameter "differs" by more than this; at most 1 in 10,000 may.
+  double param_tol = 1e-5;
 };
 
 class ParallelTraining : public ::testing::Test {
@@ -147,15 +149,16 @@ class ParallelTraining : public ::testing::Test {
       for (int64_t i = 0; i < a.numel(); ++i) {
         const double d = std::abs(double{a.ptr<float>()[i]} - double{b.ptr<float>()[i]});
         worst = std::max(worst, d);
-        loose += d > 1e-5;
+        loose += d > ref.param_tol;
         ++total;
       }
     }
     EXPECT_LE(worst, 6e-3);
-    EXPECT_LE(loose, total / 10000) << loose << " of " << total << " parameters differ by more than 1e-5";
+    EXPECT_LE(loose, total / 10000) << loose << " of " << total << " parameters differ by more than "
+                                    << ref.param_tol;
     std::cout << "[ compare  ] " << run << ": largest relative loss difference " << loss_diff
-              << ", largest parameter difference " << worst << ", " << loose << " above 1e-5 of " << total
-              << "\n";
+              << ", largest parameter difference " << worst << ", " << loose << " above " << ref.param_tol
+              << " of " << total << "\n";
   }
 
   static testing::TempDir* dir_;
@@ -212,9 +215,14 @@ TEST_F(ParallelTraining, FsdpInBfloat16) {
   // bf16 compute copies are gathered (the f32 masters stay in pieces). The masters agree as in
   // float32, but a master that differs by an ulp can round to a neighbouring bf16 value (relative
   // step 2^-8), so losses get a bf16-sized tolerance: 4 x 2^-8 x 1e-2 (the share of such flips
-  // in a loss is far below 1%).
-  expect_same_as_one_process(2, "fsdp2_bf16", {},
-                             {.run = "one_bf16", .extra = {"dtype=bfloat16"}, .loss_rtol = 1.6e-4});
+  // in a loss is far below 1%). After such a flip the steps that follow see bf16-sized differences
+  // in every gradient, and AdamW turns those of gradients near zero into steps of either sign: with
+  // init_weights_seed 0 one flip left 1381 of 151872 parameters more than 1e-5 apart after 3 steps,
+  // 38 more than 1e-4 and 7 more than 1e-3 (seeds 1-4: no flip, every parameter within 1e-6). So
+  // a parameter differs here when it is a whole step (the learning rate, 1e-3) apart.
+  expect_same_as_one_process(
+      2, "fsdp2_bf16", {},
+      {.run = "one_bf16", .extra = {"dtype=bfloat16"}, .loss_rtol = 1.6e-4, .param_tol = 1e-3});
 }
 
 // One run moved between meshes through its checkpoints: 2 steps as FSDP on 2 ranks, 2 more as

@@ -62,10 +62,12 @@ struct Model {
   std::unique_ptr<graph::Executor> exec;
   models::DecoderInputs in;
 
-  Model(const Golden& g, DType dtype, const std::string& remat = "none") : spec(g.spec(dtype)) {
+  Model(const Golden& g, DType dtype, const std::string& remat = "none", bool fuse_gradient_sums = true)
+      : spec(g.spec(dtype)) {
     graph::Graph gr;
     in = models::build_decoder(gr, spec);
-    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = remat});
+    plan = std::make_unique<graph::Plan>(
+        std::move(gr), graph::PlanOptions{.remat_policy = remat, .fuse_gradient_sums = fuse_gradient_sums});
     ops::RopeConfig rc{
         .max_timescale = spec.rope_theta, .head_dim = spec.head_dim, .max_positions = spec.seq};
     exec = std::make_unique<graph::Executor>(*plan, std::make_unique<ops::RopeTable>(rc));
@@ -160,6 +162,44 @@ TEST(LlamaGolden, RematPoliciesGiveIdenticalGradients) {
     if (policy == "full") {
       EXPECT_LT(m.plan->memory().activations, ref.plan->memory().activations);
       EXPECT_GT(m.plan->flops().recompute, 0);
+    }
+  }
+}
+
+// A layer's q, k and v projections read one normed input, as do gate and up: their dx products
+// accumulate into the gradient collected so far (fuse_gradient_sums) instead of add nodes summing
+// them. In f32 the sum is the same operation (the f32 product plus the f32 sum so far), so the
+// gradients are bitwise those of the add nodes; in bf16 the sum is rounded once instead of twice.
+TEST(LlamaGolden, GradientSumsInTheProductsGiveTheSameGradients) {
+  Golden g;
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Model fused(g, dtype), adds(g, dtype, "none", false);
+    const auto count = [](const graph::Graph& gr, bool accumulating_dx) {
+      int n = 0;
+      for (const graph::Node& node : gr.nodes())
+        if (node.phase == graph::Phase::kBackward &&
+            (accumulating_dx ? node.op == graph::OpKind::kMatmul && node.in.size() == 3
+                             : node.op == graph::OpKind::kAdd))
+          ++n;
+      return n;
+    };
+    const int layers = static_cast<int>(fused.spec.num_decoder_layers);
+    EXPECT_EQ(count(fused.plan->graph(), true), 3 * layers);  // k and v into q's dx; up into gate's
+    EXPECT_EQ(count(adds.plan->graph(), true), 0);
+    EXPECT_EQ(count(adds.plan->graph(), false) - count(fused.plan->graph(), false), 3 * layers);
+    for (Model* m : {&fused, &adds}) {
+      m->exec->zero_grads();
+      m->exec->forward_backward();
+    }
+    for (const auto& n : convert::hf_names(fused.spec)) {
+      SCOPED_TRACE(n.tessera);
+      const Tensor& a = fused.plan->view(fused.plan->graph().value(fused.find(n.tessera)).grad);
+      const Tensor& b = adds.plan->view(adds.plan->graph().value(adds.find(n.tessera)).grad);
+      if (dtype == DType::kF32)
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+      else
+        EXPECT_TRUE(testing::all_close(testing::to_vector(a), testing::to_vector(b), 0.05, 1e-3));
     }
   }
 }

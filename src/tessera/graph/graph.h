@@ -159,7 +159,7 @@ enum class OpKind {
   // kCrossEntropyGrad: in: logits, targets, dloss [N]       out: loss, lse, dlogits (aliases logits)
   kCrossEntropyGrad,
   // Inference graphs: products of one input against weights stored [out, in] (trans_b), run as
-  // one call of the small-M kernel (fuse_inference.h, fuse_shared_input_products).
+  // one call of the small-M kernel (fuse.h, fuse_shared_input_products).
   // kSharedInputMatmuls: in: a [M,K], b_1 [N_1,K] .. b_n     out: c_1 [M,N_1] .. c_n
   kSharedInputMatmuls,
 };

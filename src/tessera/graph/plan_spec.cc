@@ -12,7 +12,7 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
-#include "tessera/graph/fuse_inference.h"
+#include "tessera/graph/fuse.h"
 #include "tessera/graph/memory_plan.h"
 #include "tessera/graph/op_table.h"
 #include "tessera/graph/sharding.h"
@@ -93,6 +93,7 @@ PlanSpec::PlanSpec(Graph forward, const PlanOptions& opts)
     dloss_ = append_backward(graph_, &daux_);
     apply_remat(graph_, opts.remat_policy);
     overlap_expert_exchanges(graph_);
+    if (opts.fuse_gradient_sums) fuse_gradient_sums(graph_);
     first_opt_ = static_cast<int>(graph_.nodes().size());
     append_optimizer(graph_, opts.optimizer);
   }

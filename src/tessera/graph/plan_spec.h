@@ -66,6 +66,9 @@ struct PlanOptions {
   std::string remat_policy = "full";
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   PlanSharding sharding;
+  // fuse_gradient_sums (fuse.h) on a training graph; false keeps every gradient sum an
+  // add node (tests compare the two).
+  bool fuse_gradient_sums = true;
 };
 
 // Where a tensor lives: an arena and a byte offset in it, with its shape and dtype.

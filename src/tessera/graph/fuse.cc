@@ -1,8 +1,9 @@
-// Inference-graph rewrites (fuse_inference.h).
-#include "tessera/graph/fuse_inference.h"
+// Graph rewrites that fuse nodes (fuse.h).
+#include "tessera/graph/fuse.h"
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "tessera/core/error.h"
@@ -10,8 +11,11 @@
 
 namespace tessera::graph {
 
-void fuse_residual_products(Graph& g) {
-  TESSERA_ASSERT(g.inference());
+namespace {
+
+// fuse_residual_products and fuse_gradient_sums: every sum (of `phase`, or any with nullopt) that
+// the rule allows.
+void fuse_sums_into_products(Graph& g, std::optional<Phase> phase) {
   std::vector<Node> nodes = g.nodes();
   const size_t nv = g.values().size();
   std::vector<std::vector<int>> readers(nv);
@@ -25,7 +29,7 @@ void fuse_residual_products(Graph& g) {
   std::vector<char> drop(nodes.size(), 0);
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& sum = nodes[i];
-    if (sum.op != OpKind::kAdd) continue;
+    if (sum.op != OpKind::kAdd || (phase && sum.phase != *phase)) continue;
     for (int side = 0; side < 2; ++side) {
       const ValueId y = sum.in[static_cast<size_t>(side)], x = sum.in[static_cast<size_t>(1 - side)];
       const Value &yv = g.value(y), &xv = g.value(x);
@@ -47,6 +51,7 @@ void fuse_residual_products(Graph& g) {
       product.attr<MatmulAttrs>().accumulate = true;
       product.out[0] = z;
       g.value(z).alias_of = x;
+      g.value(z).producer = yv.producer;  // a later sum in a chain compares it with its own product
       pinned[x] = 1;
       fused[z] = 1;
       drop[i] = 1;
@@ -58,6 +63,18 @@ void fuse_residual_products(Graph& g) {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (!drop[i]) out.push_back(std::move(nodes[i]));
   g.set_nodes(std::move(out));
+}
+
+}  // namespace
+
+void fuse_residual_products(Graph& g) {
+  TESSERA_ASSERT(g.inference());
+  fuse_sums_into_products(g, std::nullopt);
+}
+
+void fuse_gradient_sums(Graph& g) {
+  TESSERA_ASSERT(!g.inference());
+  fuse_sums_into_products(g, Phase::kBackward);
 }
 
 void fuse_shared_input_products(Graph& g) {

@@ -1,5 +1,6 @@
-// Rewrites of an inference graph (Graph::inference(): decoding) that a training graph cannot take,
-// because its backward reads the values they remove.
+// Graph rewrites that fuse nodes. Two apply to an inference graph (Graph::inference(): decoding)
+// only, because a training graph's backward reads the values they remove; fuse_gradient_sums
+// applies the first one's rule to a training graph's backward.
 #pragma once
 
 #include "tessera/graph/graph.h"
@@ -14,6 +15,13 @@ namespace tessera::graph {
 // In float32 the sum is the same; in bfloat16 it is rounded once instead of twice (the product's
 // f32 result plus x, then to bf16).
 void fuse_residual_products(Graph& g);
+
+// The same rule on a training graph's backward: a gradient that collects several contributions
+// (autodiff.h's add nodes), of which a later one is a product's (a layer's q, k and v projections
+// all read the normed input, so its gradient sums their three dx products; gate and up likewise),
+// becomes that product accumulating into the sum so far. Run after apply_remat, whose node order
+// the rule reads. The forward's sums are left as they are: the backward reads their inputs.
+void fuse_gradient_sums(Graph& g);
 
 // Products that read one input and would each run on the small-M kernel (a kMatmul of fewer than
 // kGemvRows rows with a weight stored [out, in], not accumulating: a layer's q, k and v
