@@ -367,6 +367,57 @@ TEST(NormForward, NanGammaReachesTheBf16Output) {
         [&](OwnedTensor& out) { ops::layernorm_fwd(x, gamma, Tensor(), 1e-6f, out, mean, rstd); });
 }
 
+// accumulate_dx: dx's prior value plus the row gradient, added in f32 and rounded once. In f32 that
+// is bitwise the plain gradient plus the prior (the sum autodiff's add node computed); in bf16 the
+// plain gradient is rounded first, so the two differ by at most a bf16 rounding of each. dgamma and
+// dbeta do not depend on it.
+TEST(Norm, AccumulatingDxAddsToThePriorValue) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [n, c] : kSizes) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
+      OwnedTensor x(Shape{n, c}, dt), dy(Shape{n, c}, dt), y(Shape{n, c}, dt), plain(Shape{n, c}, dt),
+          acc(Shape{n, c}, dt), prior(Shape{n, c}, dt), gamma(Shape{c}, DType::kF32),
+          beta(Shape{c}, DType::kF32), mean(Shape{n}, DType::kF32), rstd(Shape{n}, DType::kF32),
+          dg0(Shape{c}, DType::kF32), dg1(Shape{c}, DType::kF32), db0(Shape{c}, DType::kF32),
+          db1(Shape{c}, DType::kF32);
+      testing::fill_uniform(x, 11 + c, -1, 3);
+      testing::fill_uniform(dy, 12 + n);
+      testing::fill_uniform(gamma, 13, 0.5, 1.5);
+      testing::fill_uniform(beta, 14, -0.5, 0.5);
+      testing::fill_uniform(prior, 15 + n, -2, 2);
+      const std::vector<double> pv = f32_values(prior);  // as stored (rounded to bf16)
+      for (const bool layer : {false, true}) {
+        SCOPED_TRACE(layer ? "layernorm" : "rmsnorm");
+        testing::for_each_isa([&] {
+          for (OwnedTensor* t : {&dg0, &dg1, &db0, &db1}) std::memset(t->t.data(), 0, t->t.nbytes());
+          std::memcpy(acc.t.data(), prior.t.data(), prior.t.nbytes());
+          if (layer) {
+            ops::layernorm_fwd(x, gamma, beta, 1e-5f, y, mean, rstd);
+            ops::layernorm_bwd(x, gamma, mean, rstd, dy, plain, dg0, db0);
+            ops::layernorm_bwd(x, gamma, mean, rstd, dy, acc, dg1, db1, /*accumulate_dx=*/true);
+          } else {
+            ops::rmsnorm_fwd(x, gamma, 1e-6f, y, rstd, 0.25f);
+            ops::rmsnorm_bwd(x, gamma, rstd, dy, plain, dg0, 0.25f);
+            ops::rmsnorm_bwd(x, gamma, rstd, dy, acc, dg1, 0.25f, /*accumulate_dx=*/true);
+          }
+          EXPECT_EQ(std::memcmp(dg0.t.data(), dg1.t.data(), dg0.t.nbytes()), 0);
+          EXPECT_EQ(std::memcmp(db0.t.data(), db1.t.data(), db0.t.nbytes()), 0);
+          const std::vector<double> got = f32_values(acc), dx = f32_values(plain);
+          for (int64_t i = 0; i < n * c; ++i) {
+            if (dt == DType::kF32) {
+              const float want = static_cast<float>(pv[i]) + static_cast<float>(dx[i]);
+              ASSERT_EQ(static_cast<float>(got[i]), want) << i;
+            } else {
+              // Half a bf16 ulp of the plain gradient (rounded before the add) and of the sum.
+              ASSERT_NEAR(got[i], pv[i] + dx[i], 0x1p-8 * (std::abs(dx[i]) + std::abs(got[i]))) << i;
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
 TEST(Norm, RejectsBadShapesAndDtypes) {
   OwnedTensor x(Shape{4, 8}, DType::kF32), y(Shape{4, 8}, DType::kF32), yb(Shape{4, 8}, DType::kBF16),
       g(Shape{8}, DType::kF32), g7(Shape{7}, DType::kF32), gb(Shape{8}, DType::kBF16),

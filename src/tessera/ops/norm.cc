@@ -63,7 +63,7 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& 
 }
 
 void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                 const Tensor& dgamma, float gamma_offset) {
+                 const Tensor& dgamma, float gamma_offset, bool accumulate_dx) {
   const int64_t n = check_rows("rmsnorm_bwd", x), c = x.dim(-1);
   check_f32_vec("rmsnorm_bwd", "gamma", gamma, c, "C");
   check_f32_vec("rmsnorm_bwd", "rstd", rstd, n, "N");
@@ -81,7 +81,8 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const
                           nullptr,
                           n,
                           c,
-                          gamma_offset};
+                          gamma_offset,
+                          accumulate_dx};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.rmsnorm_bwd_f32 : k.rmsnorm_bwd_bf16)(a);
 }
@@ -110,7 +111,8 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, flo
 }
 
 void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+                   const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                   bool accumulate_dx) {
   const int64_t n = check_rows("layernorm_bwd", x), c = x.dim(-1);
   check_f32_vec("layernorm_bwd", "gamma", gamma, c, "C");
   check_f32_vec("layernorm_bwd", "mean", mean, n, "N");
@@ -129,7 +131,9 @@ void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, con
                           dgamma.ptr<float>(),
                           dbeta.defined() ? dbeta.ptr<float>() : nullptr,
                           n,
-                          c};
+                          c,
+                          0,
+                          accumulate_dx};
   const auto& k = *backends::kernels_for(x).norm;
   (is_f32(x) ? k.layernorm_bwd_f32 : k.layernorm_bwd_bf16)(a);
 }

@@ -16,8 +16,8 @@
 // Gemma's variant (weight w stored as Hugging Face stores it, applied as 1 + w) is the rmsnorm
 // ops' gamma_offset = 1: y = x * rstd * (gamma + gamma_offset), in f32 as Gemma's RMSNorm does.
 //
-// Left out: FLOP counts (these ops are bound by memory traffic), fused residual add, QK-norm
-// over heads (call rmsnorm on [B*T*H, D]).
+// Left out: FLOP counts (these ops are bound by memory traffic), the forward's fused residual add,
+// QK-norm over heads (call rmsnorm on [B*T*H, D]).
 #pragma once
 
 #include <cstdint>
@@ -31,18 +31,22 @@ namespace tessera::ops {
 void rmsnorm_fwd(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd,
                  float gamma_offset = 0);
 // With g = dy * (gamma + gamma_offset): dx = rstd * (g - xhat * mean(g * xhat)), xhat = x * rstd
-// (overwritten); dgamma += sum over rows of dy * xhat. rstd is the forward's.
+// (overwritten; with accumulate_dx added to dx's prior value in f32 and rounded once: a gradient
+// that collects this one and others, autodiff's sums, in one pass); dgamma += sum over rows of
+// dy * xhat. rstd is the forward's.
 void rmsnorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                 const Tensor& dgamma, float gamma_offset = 0);
+                 const Tensor& dgamma, float gamma_offset = 0, bool accumulate_dx = false);
 
 // y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps) (biased variance), saving
 // mean [N] and rstd [N]. beta may be an undefined Tensor (no bias).
 void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                    const Tensor& mean, const Tensor& rstd);
-// g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (overwritten);
-// dgamma += sum of dy * xhat; dbeta += sum of dy (dbeta may be undefined).
+// g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (overwritten, or added to as
+// rmsnorm_bwd's with accumulate_dx); dgamma += sum of dy * xhat; dbeta += sum of dy (dbeta may be
+// undefined).
 void layernorm_bwd(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+                   const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                   bool accumulate_dx = false);
 
 // Minimal memory traffic: each input read once, each output written once, accumulated parameter
 // gradients read and written.

@@ -23,8 +23,9 @@ struct NormFwdArgs {
   float gamma_offset = 0;  // RMSNorm scales by gamma + gamma_offset (Gemma's 1 + w); LayerNorm: 0
 };
 
-// dx: [rows, cols] overwritten; dgamma, dbeta: [cols] accumulated (+=), dbeta may be null.
-// mean and rstd are what the forward saved (RMSNorm ignores mean and dbeta).
+// dx: [rows, cols] overwritten, or with accumulate_dx added to (dx += the row's gradient, summed in
+// f32 and rounded once); dgamma, dbeta: [cols] accumulated (+=), dbeta may be null. mean and rstd
+// are what the forward saved (RMSNorm ignores mean and dbeta).
 struct NormBwdArgs {
   const void* x;
   const float* gamma;
@@ -36,6 +37,7 @@ struct NormBwdArgs {
   float* dbeta;
   int64_t rows, cols;
   float gamma_offset = 0;  // as NormFwdArgs (dgamma is unchanged: d(gamma + c) / dgamma = 1)
+  bool accumulate_dx = false;
 };
 
 struct NormKernels {
