@@ -168,26 +168,33 @@ TEST(LlamaGolden, RematPoliciesGiveIdenticalGradients) {
 
 // A layer's q, k and v projections read one normed input, as do gate and up: their dx products
 // accumulate into the gradient collected so far (fuse_gradient_sums) instead of add nodes summing
-// them. In f32 the sum is the same operation (the f32 product plus the f32 sum so far), so the
-// gradients are bitwise those of the add nodes; in bf16 the sum is rounded once instead of twice.
+// them, and so do the norms' backward into the residual stream's gradient. In f32 each sum is the
+// same operation (the f32 gradient plus the f32 sum so far), so the gradients are bitwise those of
+// the add nodes; in bf16 the sum is rounded once instead of twice.
 TEST(LlamaGolden, GradientSumsInTheProductsGiveTheSameGradients) {
   Golden g;
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(dtype_name(dtype));
     Model fused(g, dtype), adds(g, dtype, "none", false);
-    const auto count = [](const graph::Graph& gr, bool accumulating_dx) {
+    const auto count = [](const graph::Graph& gr, graph::OpKind op, bool accumulating) {
       int n = 0;
       for (const graph::Node& node : gr.nodes())
-        if (node.phase == graph::Phase::kBackward &&
-            (accumulating_dx ? node.op == graph::OpKind::kMatmul && node.in.size() == 3
-                             : node.op == graph::OpKind::kAdd))
+        if (node.phase == graph::Phase::kBackward && node.op == op &&
+            (op == graph::OpKind::kAdd ||
+             accumulating == (op == graph::OpKind::kMatmul ? node.in.size() == 3
+                                                           : node.attr<graph::NormAttrs>().accumulate)))
           ++n;
       return n;
     };
     const int layers = static_cast<int>(fused.spec.num_decoder_layers);
-    EXPECT_EQ(count(fused.plan->graph(), true), 3 * layers);  // k and v into q's dx; up into gate's
-    EXPECT_EQ(count(adds.plan->graph(), true), 0);
-    EXPECT_EQ(count(adds.plan->graph(), false) - count(fused.plan->graph(), false), 3 * layers);
+    using graph::OpKind;
+    // k and v into q's dx, up into gate's; each layer's two norms into the residual stream's.
+    EXPECT_EQ(count(fused.plan->graph(), OpKind::kMatmul, true), 3 * layers);
+    EXPECT_EQ(count(fused.plan->graph(), OpKind::kRmsNormBwd, true), 2 * layers);
+    EXPECT_EQ(count(fused.plan->graph(), OpKind::kRmsNormBwd, false), 1);  // the final norm's
+    EXPECT_EQ(count(fused.plan->graph(), OpKind::kAdd, false), 0);
+    EXPECT_EQ(count(adds.plan->graph(), OpKind::kMatmul, true), 0);
+    EXPECT_EQ(count(adds.plan->graph(), OpKind::kAdd, false), 5 * layers);
     for (Model* m : {&fused, &adds}) {
       m->exec->zero_grads();
       m->exec->forward_backward();

@@ -13,6 +13,31 @@ namespace tessera::graph {
 
 namespace {
 
+// Whether `product`, the writer of y, can instead add y to a prior value it reads last: a product
+// (not one of a weight gradient's, and not already accumulating), or a norm's backward writing y as
+// its dx (the training graph's residual stream).
+bool can_accumulate(const Node& product, ValueId y) {
+  switch (product.op) {
+    case OpKind::kMatmul: {
+      const MatmulAttrs& a = product.attr<MatmulAttrs>();
+      return product.in.size() == 2 && product.out.size() == 1 && !a.trans_a && !a.accumulate;
+    }
+    case OpKind::kRmsNormBwd:
+    case OpKind::kLayerNormBwd:
+      return product.out[0] == y && product.in.size() == (product.op == OpKind::kRmsNormBwd ? 4u : 5u) &&
+             !product.attr<NormAttrs>().accumulate;
+    default:
+      return false;
+  }
+}
+
+void set_accumulate(Node& product) {
+  if (product.op == OpKind::kMatmul)
+    product.attr<MatmulAttrs>().accumulate = true;
+  else
+    product.attr<NormAttrs>().accumulate = true;
+}
+
 // fuse_residual_products and fuse_gradient_sums: every sum (of `phase`, or any with nullopt) that
 // the rule allows.
 void fuse_sums_into_products(Graph& g, std::optional<Phase> phase) {
@@ -36,9 +61,7 @@ void fuse_sums_into_products(Graph& g, std::optional<Phase> phase) {
       if (yv.kind != ValueKind::kActivation || yv.producer < 0 || readers[y].size() != 1 || pinned[y])
         continue;
       Node& product = nodes[static_cast<size_t>(yv.producer)];
-      if (product.op != OpKind::kMatmul || product.in.size() != 2 || product.out.size() != 1) continue;
-      const MatmulAttrs& a = product.attr<MatmulAttrs>();
-      if (a.trans_a || a.accumulate) continue;
+      if (!can_accumulate(product, y)) continue;
       if (xv.kind != ValueKind::kActivation || xv.producer < 0 || xv.producer >= yv.producer || pinned[x] ||
           (xv.alias_of != kNoValue && !fused[x]) || xv.shape != yv.shape || xv.dtype != yv.dtype)
         continue;
@@ -48,7 +71,7 @@ void fuse_sums_into_products(Graph& g, std::optional<Phase> phase) {
       if (read_later) continue;
       const ValueId z = sum.out[0];
       product.in.push_back(x);
-      product.attr<MatmulAttrs>().accumulate = true;
+      set_accumulate(product);
       product.out[0] = z;
       g.value(z).alias_of = x;
       g.value(z).producer = yv.producer;  // a later sum in a chain compares it with its own product

@@ -94,7 +94,7 @@ enum class OpKind {
   kEmbedding,          // in: table [V,E], ids [N]              out: x [N,E]
   kEmbeddingBwd,       // in: dx [N,E], ids [N]                 out: dtable (accumulated)
   kRmsNorm,            // in: x [N,C], gamma [C]                out: y [N,C], rstd [N]
-  kRmsNormBwd,         // in: dy, x, gamma, rstd                out: dx, dgamma (accumulated)
+  kRmsNormBwd,         // in: dy, x, gamma, rstd [, dx's prior] out: dx, dgamma (accumulated)
   kMatmul,             // in: a, b [, c's prior value]          out: c   (attrs.trans_a/b, accumulate)
   kRope,               // in: x [N,H*D], positions [B,T]        out: y
   kRopeBwd,            // in: dy, positions                     out: dx
@@ -114,7 +114,7 @@ enum class OpKind {
   // kVocabCrossEntropyBwd: in: logits, targets, lse, dloss       out: dlogits (aliases logits)
   kVocabCrossEntropyBwd,
   kLayerNorm,      // in: x [N,C], gamma [C], beta [C]      out: y [N,C], mean [N], rstd [N]
-  kLayerNormBwd,   // in: dy, x, gamma, mean, rstd          out: dx, dgamma, dbeta (accumulated)
+  kLayerNormBwd,   // in: dy, x, gamma, mean, rstd [, dx's prior] out: dx, dgamma, dbeta (accumulated)
   kBiasAdd,        // in: x [N,C], bias [C] (f32)           out: y = x + bias
   kBiasGrad,       // in: dy [N,C]                          out: dbias (accumulated)
   kActivation,     // in: x [N,F]                           out: y = act(x)
@@ -181,6 +181,9 @@ struct NormAttrs {
   float eps = 0.0f;
   int64_t group = 0;  // rms_norm: > 0 normalises each run of `group` columns (per-head QK-norm)
   float offset = 0;   // rms_norm: scales by gamma + offset (Gemma's 1 + w)
+  // rms_norm_bwd, layer_norm_bwd: dx += the gradient, dx's prior value the node's last input and
+  // dx aliasing it (fuse.h's fuse_gradient_sums)
+  bool accumulate = false;
 };
 struct RopeAttrs {  // x [N, heads*D] seen as [B, T, heads, D]
   int batch = 0, seq = 0, heads = 0, head_dim = 0;

@@ -231,9 +231,10 @@ void rms_norm_run(const RunContext& c, const Node& n) {
   ops::rmsnorm_fwd(rows_of(c.in(n, 0), n), c.in(n, 1), a.eps, rows_of(c.out(n, 0), n), c.out(n, 1), a.offset);
 }
 
-void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, rstd
+void rms_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, rstd [, dx's prior]
+  const NormAttrs& a = n.attr<NormAttrs>();
   ops::rmsnorm_bwd(rows_of(c.in(n, 1), n), c.in(n, 2), c.in(n, 3), rows_of(c.in(n, 0), n),
-                   rows_of(c.out(n, 0), n), c.out(n, 1), n.attr<NormAttrs>().offset);
+                   rows_of(c.out(n, 0), n), c.out(n, 1), a.offset, a.accumulate);
 }
 
 // ---- layer_norm: y = (x - mean) * rstd * gamma + beta over each row; mean, rstd [N] kept ----------
@@ -263,9 +264,9 @@ void layer_norm_run(const RunContext& c, const Node& n) {
                      c.out(n, 2));
 }
 
-void layer_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, mean, rstd
+void layer_norm_bwd_run(const RunContext& c, const Node& n) {  // in: dy, x, gamma, mean, rstd [, prior]
   ops::layernorm_bwd(c.in(n, 1), c.in(n, 2), c.in(n, 3), c.in(n, 4), c.in(n, 0), c.out(n, 0), c.out(n, 1),
-                     c.out(n, 2));
+                     c.out(n, 2), n.attr<NormAttrs>().accumulate);
 }
 
 // ---- bias_add: y = x + bias over the rows; bias an f32 parameter [C] ------------------------------
