@@ -373,7 +373,8 @@ TEST(NormForward, NanGammaReachesTheBf16Output) {
 // dbeta do not depend on it.
 TEST(Norm, AccumulatingDxAddsToThePriorValue) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    for (auto [n, c] : kSizes) {
+    for (const auto& size : kSizes) {  // named, not bound: clang 14 lambdas cannot capture bindings
+      const int64_t n = size.first, c = size.second;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
       OwnedTensor x(Shape{n, c}, dt), dy(Shape{n, c}, dt), y(Shape{n, c}, dt), plain(Shape{n, c}, dt),
           acc(Shape{n, c}, dt), prior(Shape{n, c}, dt), gamma(Shape{c}, DType::kF32),
