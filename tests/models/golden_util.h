@@ -115,11 +115,12 @@ struct GoldenPlan {
 
   GoldenPlan(models::ModelSpec s, const SafetensorsFile& file, const std::vector<std::string>& param_names,
              const std::function<std::vector<double>(size_t)>& param_values,
-             const std::string& remat = "none")
+             const std::string& remat = "none", bool fuse_gradient_sums = true)
       : spec(std::move(s)) {
     graph::Graph gr;
     in = models::build_decoder(gr, spec);
-    plan = std::make_unique<graph::Plan>(std::move(gr), graph::PlanOptions{.remat_policy = remat});
+    plan = std::make_unique<graph::Plan>(
+        std::move(gr), graph::PlanOptions{.remat_policy = remat, .fuse_gradient_sums = fuse_gradient_sums});
     exec = std::make_unique<graph::Executor>(
         *plan, std::make_unique<ops::RopeTable>(models::rope_config(spec, spec.seq)));
     EXPECT_EQ(param_names.size(), plan->graph().params().size());

@@ -134,11 +134,38 @@ std::vector<double> hf_values(const SafetensorsFile& f, const std::string& prefi
 struct Model : testing::GoldenPlan {
   Model(const Golden& g, DType dtype, const std::string& path = "dropless", double lb_weight = 0.01)
       : Model(g, g.spec(dtype, path, lb_weight)) {}
-  Model(const Golden& g, models::ModelSpec s)
-      : GoldenPlan(s, g.file, tessera_names(mixtral_names(s)), [&g, names = mixtral_names(s)](size_t i) {
-          return hf_values(g.file, "param.", names[i]);
-        }) {}
+  Model(const Golden& g, models::ModelSpec s, bool fuse_gradient_sums = true)
+      : GoldenPlan(
+            s, g.file, tessera_names(mixtral_names(s)),
+            [&g, names = mixtral_names(s)](size_t i) { return hf_values(g.file, "param.", names[i]); },
+            "none", fuse_gradient_sums) {}
 };
+
+// The experts' gate and up products read the same dispatched rows: the up product's dx accumulates
+// into the gate's (fuse_gradient_sums) instead of an add node summing them, in f32 bitwise the sum.
+TEST(MixtralGolden, GradientSumsInTheExpertProductsGiveTheSameGradients) {
+  Golden g;
+  Model fused(g, g.spec(DType::kF32, "dropless", 0.01)),
+      adds(g, g.spec(DType::kF32, "dropless", 0.01), false);
+  int accumulating = 0, sums = 0;  // in the backward: accumulating expert products, their sums
+  for (const graph::Node& n : fused.plan->graph().nodes()) {
+    if (n.phase != graph::Phase::kBackward) continue;
+    sums += n.op == graph::OpKind::kAdd && n.name.ends_with(".dispatch.sum");
+    accumulating += n.op == graph::OpKind::kGroupedMatmul && n.in.size() == 4;
+  }
+  EXPECT_EQ(sums, 0);  // the router's two gradients (routing, load balance) are still summed
+  EXPECT_EQ(accumulating, static_cast<int>(fused.spec.num_decoder_layers));
+  for (Model* m : {&fused, &adds}) {
+    m->exec->zero_grads();
+    m->exec->forward_backward();
+  }
+  for (const Name& n : mixtral_names(fused.spec)) {
+    SCOPED_TRACE(n.tessera);
+    const Tensor& a = fused.grad_of(n.tessera);
+    const Tensor& b = adds.grad_of(n.tessera);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  }
+}
 
 TEST(MixtralGolden, Float32LogitsRouterAndLoss) {
   Golden g;

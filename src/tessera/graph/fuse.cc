@@ -14,13 +14,17 @@ namespace tessera::graph {
 namespace {
 
 // Whether `product`, the writer of y, can instead add y to a prior value it reads last: a product
-// (not one of a weight gradient's, and not already accumulating), or a norm's backward writing y as
-// its dx (the training graph's residual stream).
+// or grouped (expert) product, neither a weight gradient's nor already accumulating, or a norm's
+// backward writing y as its dx (the training graph's residual stream).
 bool can_accumulate(const Node& product, ValueId y) {
   switch (product.op) {
     case OpKind::kMatmul: {
       const MatmulAttrs& a = product.attr<MatmulAttrs>();
       return product.in.size() == 2 && product.out.size() == 1 && !a.trans_a && !a.accumulate;
+    }
+    case OpKind::kGroupedMatmul: {  // an expert product's dx (the rows after the groups keep the prior)
+      const GroupedMatmulAttrs& a = product.attr<GroupedMatmulAttrs>();
+      return product.in.size() == 3 && product.out.size() == 1 && !a.weight_grad && !a.accumulate;
     }
     case OpKind::kRmsNormBwd:
     case OpKind::kLayerNormBwd:
@@ -34,6 +38,8 @@ bool can_accumulate(const Node& product, ValueId y) {
 void set_accumulate(Node& product) {
   if (product.op == OpKind::kMatmul)
     product.attr<MatmulAttrs>().accumulate = true;
+  else if (product.op == OpKind::kGroupedMatmul)
+    product.attr<GroupedMatmulAttrs>().accumulate = true;
   else
     product.attr<NormAttrs>().accumulate = true;
 }

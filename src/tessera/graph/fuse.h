@@ -18,7 +18,8 @@ void fuse_residual_products(Graph& g);
 
 // The same rule on a training graph's backward: a gradient that collects several contributions
 // (autodiff.h's add nodes), of which a later one is a product's (a layer's q, k and v projections
-// all read the normed input, so its gradient sums their three dx products; gate and up likewise)
+// all read the normed input, so its gradient sums their three dx products; gate and up likewise,
+// and the experts' gate and up grouped products)
 // or a norm backward's dx (the residual stream's gradient: the gradient passing by plus the one
 // through the layer's norm; NormAttrs::accumulate), becomes that node accumulating into the sum so
 // far. Run after apply_remat, whose node order the rule reads. The forward's sums are left as they

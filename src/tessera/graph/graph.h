@@ -129,7 +129,7 @@ enum class OpKind {
   kMoeLoadBalanceBwd,  // in: dloss [1], logits, experts        out: dlogits [N,X]
   kMoeDispatch,        // in: x [N,E], experts [N,k]            out: xs [R,E], rows [N*k] i32, sizes [X] i32
   kMoeDispatchBwd,     // in: dxs [R,E], rows                   out: dx [N,E]
-  kGroupedMatmul,   // in: a, b, group_sizes                 out: c   (attrs.trans_b, weight_grad, accumulate)
+  kGroupedMatmul,   // in: a, b, sizes [, c's prior]         out: c   (attrs.trans_b, weight_grad, accumulate)
   kMoeCombine,      // in: ys [R,E], weights [N,k], rows     out: y [N,E]
   kMoeCombineBwd,   // in: dy, ys, weights, rows             out: dys [R,E], dweights [N,k]
   kGroupedBiasAdd,  // in: x [R,C], bias [X,C] f32, sizes    out: y = x + bias of the row's group
