@@ -84,6 +84,9 @@ std::vector<Case> make_cases(int64_t tokens) {
   for (DType ab : {DType::kF32, DType::kBF16})
     for (const Fwd& f : {fwd[0], fwd[1]}) {
       cases.push_back({std::string(f.name) + ".dx", tokens, f.k, f.n, false, true, false, ab, DType::kF32});
+      // As training sums the dx of products that read one input (graph/fuse.h): into the sum so far.
+      cases.push_back(
+          {std::string(f.name) + ".dx+acc", tokens, f.k, f.n, false, true, true, ab, DType::kF32});
       cases.push_back({std::string(f.name) + ".dW", f.k, f.n, tokens, true, false, true, ab, DType::kF32});
     }
   return cases;

@@ -35,6 +35,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/activation.h"
+#include "tessera/ops/elementwise.h"
 #include "tessera/ops/norm.h"
 #include "tessera/ops/rope.h"
 
@@ -154,6 +155,11 @@ void bench_dtype(DType dt, const Options& o, std::vector<Row>& rows) {
       [&] { ops::rmsnorm_fwd(x, gamma, 1e-5f, y, rstd); });
   add("rmsnorm_bwd", ops::rmsnorm_bwd_bytes(z.n, z.c, dt), 3 * act,
       [&] { ops::rmsnorm_bwd(x, gamma, rstd, dy, dx, dgamma); });
+  // Training's residual-stream gradient sum: the backward then an add, against the backward adding
+  // dx to the sum so far (graph/fuse.h); both rows' times add up to the first way.
+  add("add (dx + dy)", 3 * act, 3 * act, [&] { ops::add(dx, dy, y); });
+  add("rmsnorm_bwd, dx accumulated", ops::rmsnorm_bwd_bytes(z.n, z.c, dt) + act, 3 * act,
+      [&] { ops::rmsnorm_bwd(x, gamma, rstd, dy, dx, dgamma, 0, /*accumulate_dx=*/true); });
   add("layernorm_fwd", ops::layernorm_fwd_bytes(z.n, z.c, dt, true), 2 * act,
       [&] { ops::layernorm_fwd(x, gamma, beta, 1e-5f, y, mean, rstd); });
   add("layernorm_bwd", ops::layernorm_bwd_bytes(z.n, z.c, dt, true), 3 * act,
