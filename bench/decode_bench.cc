@@ -28,12 +28,16 @@
 // reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
 //
 // Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
-//                     [--steps N] [--rounds N]
+//                     [--steps N] [--rounds N] [--profile]
 //   --quick     fewer tokens and repetitions (about a minute for the 125m model).
 //   --steps N   batch-1 decode steps timed per round (default 16 with --quick, else 64).
 //   --rounds N  batch-1 rounds (default 3 with --quick, else 5), each between two triads whose
 //               mean is its bound: the share of the bound is the median over rounds of tokens/s
 //               over that round's bound, with the rounds' range beside it.
+//   --profile   after the rounds, one more batch-1 round with the engine's per-op timing on; the
+//               tables (time per op over those steps, slowest first) follow the engine table.
+//               Their GFLOP/s counts cached attention over the whole cache (an upper bound); at
+//               batch 1 a product's f32 GB/s is twice its GFLOP/s, a bf16 product's the same.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -72,6 +76,7 @@ struct Options {
   bool engine = true;
   int steps1 = 0;  // batch-1 decode steps per round; 0: the default for quick or full
   int rounds = 0;  // batch-1 rounds, each with its own triad; 0: the default for quick or full
+  bool profile = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -246,6 +251,8 @@ struct EngineRow {
   int64_t prefill_len = 0;
   double prefill_tps = 0, prefill_mfu = 0;
   double batch8_tps = 0, batch32_tps = 0;
+  int profiled_steps = 0;
+  std::string profile;  // the engine's per-op table of one more batch-1 round (--profile)
 };
 
 // Decodes `steps` tokens in `slots` slots (already prefilled); returns tokens/s over the steps.
@@ -312,6 +319,15 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
   row.bound_share = median(shares);
   row.share_lo = *std::min_element(shares.begin(), shares.end());
   row.share_hi = *std::max_element(shares.begin(), shares.end());
+  if (o.profile) {
+    engine->prefill(0, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
+    engine->decode(std::vector<int>{0}, std::vector<int32_t>{7}, logits);  // a warm step
+    engine->set_profiling(true);
+    for (int s = 0; s < steps1; ++s) engine->decode(std::vector<int>{0}, std::vector<int32_t>{7}, logits);
+    engine->set_profiling(false);
+    row.profiled_steps = steps1;
+    row.profile = engine->profile_report();
+  }
   // Batches of 8 and 32.
   for (int b : {8, 32}) {
     for (int s = 0; s < b; ++s)
@@ -330,9 +346,10 @@ void engine_section(const Options& o, double triad) {
       "| model | dtype | weights GB/token | batch-1 tokens/s | bound tokens/s | % of bound | rounds' range | "
       "prefill tokens | prefill tokens/s | prefill MFU | batch 8 tokens/s | batch 32 tokens/s |\n");
   fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<EngineRow> rows;
   for (const std::string& m : o.models)
     for (const std::string& dt : o.dtypes) {
-      const EngineRow r = engine_case(o, m, dt, peak);
+      const EngineRow& r = rows.emplace_back(engine_case(o, m, dt, peak));
       fmt::print(
           "| {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.0f}-{:.0f}% | {} | {:.1f} | {:.1f}% | {:.1f} "
           "| "
@@ -341,6 +358,10 @@ void engine_section(const Options& o, double triad) {
           100 * r.share_hi, r.prefill_len, r.prefill_tps, 100 * r.prefill_mfu, r.batch8_tps, r.batch32_tps);
       std::fflush(stdout);
     }
+  for (const EngineRow& r : rows)
+    if (!r.profile.empty())
+      fmt::print("\n### Per-op time, {} {}, {} batch-1 decode steps\n\n```\n{}```\n", r.model, r.dtype,
+                 r.profiled_steps, r.profile);
 }
 
 // The Sampler on one row of a 128256-token vocabulary (Llama 3's), per strategy.
@@ -400,6 +421,8 @@ int main(int argc, char** argv) {
       o.quick = true;
     } else if (a == "--skip-gemv") {
       o.gemv = false;
+    } else if (a == "--profile") {
+      o.profile = true;
     } else if (a == "--skip-engine") {
       o.engine = false;
     } else if (a == "--models" && i + 1 < argc) {
@@ -413,7 +436,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] "
-                   "[--skip-engine] [--steps N] [--rounds N]\n");
+                   "[--skip-engine] [--steps N] [--rounds N] [--profile]\n");
       return 2;
     }
   }

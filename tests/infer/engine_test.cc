@@ -260,6 +260,48 @@ TEST(Engine, StepsDoNotAllocate) {
   EXPECT_EQ(g_allocations.load(), 0);
 }
 
+// Per-op timing covers the decode steps between set_profiling(true) and (false), by step size, and
+// turning it on again starts afresh; the logits are those of an unprofiled step.
+TEST(Engine, ProfilesTheDecodeStepsBetweenOnAndOff) {
+  const models::ModelSpec spec = tiny_spec(DType::kF32);
+  Reference ref(spec, 40, 3);
+  auto engine = infer::make_engine(spec, {.max_slots = 3, .max_target_length = 40, .max_prefill_length = 8},
+                                   ref.source());
+  const std::vector<int32_t> prompt = random_tokens(8, spec.vocab_size, 1);
+  const int64_t V = spec.vocab_size;
+  std::vector<float> plain(static_cast<size_t>(3 * V)), timed(plain.size());
+  for (int s = 0; s < 3; ++s) engine->prefill(s, prompt, plain);
+  EXPECT_EQ(engine->profile_report(), "");
+  const int one[] = {0}, three[] = {1, 2, 0};
+  const int32_t tokens[] = {4, 5, 6};
+  engine->decode(std::span(one), std::span(tokens, 1), plain);  // slot 0 at position 8
+  engine->release(0);
+  engine->prefill(0, prompt, timed);
+  engine->set_profiling(true);
+  engine->decode(std::span(one), std::span(tokens, 1), timed);  // the same step, timed
+  EXPECT_EQ(std::vector<float>(plain.begin(), plain.begin() + V),
+            std::vector<float>(timed.begin(), timed.begin() + V));
+  engine->decode(std::span(one), std::span(tokens, 1), timed);
+  engine->decode(three, tokens, timed);
+  engine->set_profiling(false);
+  engine->decode(three, tokens, timed);  // not timed
+  const std::string report = engine->profile_report();
+  EXPECT_NE(report.find("decode steps of 1 row(s):"), std::string::npos) << report;
+  EXPECT_NE(report.find("decode steps of 4 row(s):"), std::string::npos) << report;
+  EXPECT_EQ(report.find("decode steps of 2 row(s):"), std::string::npos) << report;
+  // Two one-row steps and one four-row step: each runs every layer's cached attention once.
+  const auto calls = [&](size_t from) {
+    const size_t at = report.find("cached_attention", from);
+    EXPECT_NE(at, std::string::npos) << report;
+    return std::stoi(report.substr(report.find_first_of("0123456789", at + 16)));
+  };
+  EXPECT_EQ(calls(0), 2 * spec.num_decoder_layers) << report;
+  EXPECT_EQ(calls(report.find("4 row(s)")), spec.num_decoder_layers) << report;
+  engine->set_profiling(true);
+  EXPECT_EQ(engine->profile_report(), "");
+  engine->set_profiling(false);
+}
+
 // The parameter list the engine asks for is the training graph's, names and shapes.
 TEST(Engine, ParameterListIsTheTrainingGraphs) {
   for (bool tied : {false, true}) {

@@ -98,6 +98,9 @@ class FakeEngine : public Engine {
     write_logits(s.back(), logits.first(kVocab));
   }
 
+  void set_profiling(bool on) override { profiling = on; }
+  std::string profile_report() const override { return profiling ? "fake engine: no ops\n" : ""; }
+
   void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) override {
     if (fail_decode) fail(ErrorKind::kRuntime, "FakeEngine: decode failed");
     decodes.emplace_back(slots.begin(), slots.end());
@@ -120,6 +123,7 @@ class FakeEngine : public Engine {
   std::vector<std::vector<int>> decodes;  // slots of each decode()
   std::vector<int> releases;
   bool fail_prefill = false, fail_decode = false;
+  bool profiling = false;
 
  private:
   static void write_logits(int32_t last, std::span<float> row) {

@@ -90,7 +90,9 @@ class Executor {
   // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
   // clock reads per node; off by default.
   void set_profiling(bool on) { profiling_ = on; }
-  std::string profile_report() const;  // a table, slowest rows first
+  void clear_profile() { profile_.clear(); }
+  bool profiled() const { return !profile_.empty(); }  // whether any row was timed
+  std::string profile_report() const;                  // a table, slowest rows first
   // An observer (not owned; nullptr: none) called around every node; costs one branch per node
   // when unset.
   void set_observer(NodeObserver* o) { observer_ = o; }

@@ -54,6 +54,12 @@ class Engine {
 
   // Frees `slot` (its length becomes 0).
   virtual void release(int slot) = 0;
+
+  // Per-op timing of the decode() steps that follow (graph/executor.h's profile: two clock reads
+  // a node); turning it on clears what was timed before. profile_report() is their table, slowest
+  // ops first, one per step size that ran ("" when none did).
+  virtual void set_profiling(bool on) = 0;
+  virtual std::string profile_report() const = 0;
 };
 
 struct EngineOptions {

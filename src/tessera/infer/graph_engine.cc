@@ -22,11 +22,14 @@
 // attention kernels' per-thread scratch), then frees the slots.
 //
 // Left out: tensor parallelism and expert parallelism (an EP checkpoint decodes on one process).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <string>
 
 #include "tessera/core/arena.h"
 #include "tessera/core/error.h"
@@ -71,6 +74,8 @@ class GraphEngine final : public SlotEngine {
   const char* name() const override { return "graph"; }
   void prefill(int slot, std::span<const int32_t> prompt, std::span<float> logits) override;
   void decode(std::span<const int> slots, std::span<const int32_t> tokens, std::span<float> logits) override;
+  void set_profiling(bool on) override;
+  std::string profile_report() const override;
 
  private:
   models::ModelSpec step_spec(int64_t rows, bool last_row) const;
@@ -246,6 +251,21 @@ void GraphEngine::decode(std::span<const int> slots, std::span<const int32_t> to
   for (int64_t i = M; i < rows; ++i) tok[i] = 0, pos[i] = 0, row_slot[i] = -1;  // padding rows
   run(p, M, logits.data());
   for (int64_t i = 0; i < M; ++i) ++length_[static_cast<size_t>(slots[static_cast<size_t>(i)])];
+}
+
+void GraphEngine::set_profiling(bool on) {
+  for (StepPlan& p : decode_) {
+    if (on) p.exec->clear_profile();
+    p.exec->set_profiling(on);
+  }
+}
+
+std::string GraphEngine::profile_report() const {
+  std::string s;
+  for (const StepPlan& p : decode_)
+    if (p.exec->profiled())
+      s += fmt::format("decode steps of {} row(s):\n{}", p.rows, p.exec->profile_report());
+  return s;
 }
 
 void check_buildable(const models::ModelSpec& s, const EngineOptions& o) {
