@@ -12,7 +12,8 @@
 // 0.15 s with --quick, which also leaves out T = 4096); each timing is the best of --reps runs
 // (3; 2 with --quick) after a warm-up call.
 //
-//   build/attention_bench [--quick] [--seconds S] [--reps N]     (threads: OMP_NUM_THREADS)
+//   build/attention_bench [--quick] [--seconds S] [--reps N] [--only f32|bf16|dot|amx]
+//   (threads: OMP_NUM_THREADS). --only runs the rows of one first-column label (e.g. under perf).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -133,6 +134,13 @@ double measured_fma_peak() {
   return tessera::active_isa() == tessera::Isa::kAvx512 ? fma_peak_avx512() : fma_peak_avx2();
 }
 
+// The row's name in the first column: f32, bf16 (the f32 path), dot (vdpbf16ps) or amx.
+const char* row_label(const Case& c) {
+  using tessera::cpu::Bf16Products;
+  if (c.dtype != DType::kBF16) return "f32";
+  return c.products == Bf16Products::kTiles ? "amx" : c.products == Bf16Products::kDot ? "dot" : "bf16";
+}
+
 void run_case(const Case& c, double seconds, int reps) {
   tessera::ops::AttentionOptions opt;
   opt.causal = c.causal;
@@ -141,9 +149,9 @@ void run_case(const Case& c, double seconds, int reps) {
     tessera::ops::attention_bwd(b.dout, b.q, b.k, b.v, b.out, b.lse, b.dq, b.dk, b.dv, opt);
   };
   // Calibrate on B = 1 (after a warm-up call that grows the scratch), then size the batch.
+  tessera::cpu::pin_bf16_attention_products(c.products);
   auto buf = std::make_unique<Buffers>(c, 1);
   fwd(*buf), bwd(*buf);
-  tessera::cpu::pin_bf16_attention_products(c.products);
   const double per_row = best_time(1, [&] { fwd(*buf), bwd(*buf); });
   const int64_t B = std::clamp<int64_t>(static_cast<int64_t>(seconds / per_row + 0.5), 1, 256);
   if (B > 1) {
@@ -160,11 +168,7 @@ void run_case(const Case& c, double seconds, int reps) {
   std::printf(
       "%-5s %-6s %5lld %3lld %3lld %4lld %4lld | %8.1f %7.1f %5.1f%% | %8.1f %7.1f %5.1f%% | %7.1f %5.1f%% "
       "%5.1f%% of %.0f\n",
-      c.dtype != DType::kBF16                            ? "f32"
-      : c.products == tessera::cpu::Bf16Products::kTiles ? "amx"
-      : c.products == tessera::cpu::Bf16Products::kDot   ? "dot"
-                                                         : "bf16",
-      c.causal ? "causal" : "full", static_cast<long long>(c.T), static_cast<long long>(c.H),
+      row_label(c), c.causal ? "causal" : "full", static_cast<long long>(c.T), static_cast<long long>(c.H),
       static_cast<long long>(c.Hkv), static_cast<long long>(c.D), static_cast<long long>(B), tf * 1e3, gf,
       100 * gf * 1e9 / peak, tb * 1e3, gb, 100 * gb * 1e9 / peak, gfb, 100 * gfb * 1e9 / peak,
       100 * gfb * 1e9 / measured_peak, measured_peak / 1e9);
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   int reps = 3;
   bool quick = false;
+  std::string only;  // run only the rows of this label
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -185,8 +190,15 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+      if (only != "f32" && only != "bf16" && only != "dot" && only != "amx") {
+        std::fprintf(stderr, "--only %s: expected f32, bf16, dot or amx\n", only.c_str());
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--seconds S] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--seconds S] [--reps N] [--only f32|bf16|dot|amx]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -231,6 +243,13 @@ int main(int argc, char** argv) {
         a.products = path;
         cases.push_back(a);
       }
+  if (!only.empty()) {
+    std::erase_if(cases, [&](const Case& c) { return row_label(c) != only; });
+    if (cases.empty()) {
+      std::fprintf(stderr, "--only %s: this CPU runs no such rows\n", only.c_str());
+      return 2;
+    }
+  }
   for (const Case& c : cases) run_case(c, seconds, reps);
   return 0;
 }
