@@ -10,7 +10,9 @@ Runs, one after another on a quiet machine:
   - bench/maxtext_bench.sh, one round of bf16 at 2 x 1024 with remat full, when its venv imports
     MaxText (--setup there builds it); --skip-maxtext leaves it out.
 
-Then prints one table: each target, the figure measured, the bar and the verdict. The training
+Then prints one table: each target, the figure measured, the bar and the verdict, and after it the
+per-op tables of every run (train_bench --profile over the measured steps, decode_bench --profile
+over one more batch-1 round): where the time went, should a target miss. The training
 targets (f32 >= 85 % of the f32 peak, bf16 >= 80 % of the bf16 peak in both cases, >= 4x
 MaxText's tokens/s) hold for a machine whose bf16 dot product (vdpbf16ps) runs at least 1.5x its
 f32 FMAs, as AMD Zen 4/5 do; elsewhere (an AMX Xeon, whose bf16 peak is its tiles') the figures
@@ -48,7 +50,7 @@ def run(cmd, what):
 
 
 def train_case(dtype, batch, remat, steps, threads):
-    out, err = run([os.path.join(BUILD, "train_bench"), "--warmup", "1", "--steps", str(steps),
+    out, err = run([os.path.join(BUILD, "train_bench"), "--warmup", "1", "--steps", str(steps), "--profile",
                     "model_name=llama-125m", f"dtype={dtype}", f"per_device_batch_size={batch}",
                     "max_target_length=1024", f"remat_policy={remat}", f"num_threads={threads}"],
                    f"train_bench {dtype} {batch}x1024 remat {remat}")
@@ -58,12 +60,16 @@ def train_case(dtype, batch, remat, steps, threads):
     print(f"   step {row['step_seconds']:.3f} s, HW {row['hw_tflops_per_device']:.3f} TFLOP/s, "
           f"HFU {100 * row['hfu']:.1f} %, MFU {100 * row['mfu']:.1f} %, peak {row['peak_gflops']:.0f} GFLOP/s",
           flush=True)
+    lines = err.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.split()[:2] == ["op", "phase"]), len(lines))
+    row["profile"] = "\n".join(line for line in lines[at:] if line.strip())
     return row
 
 
 def decode_rows():
-    out, _ = run([os.path.join(BUILD, "decode_bench"), "--quick", "--models", "125m,1b", "--skip-gemv"],
-                 "decode_bench --quick")
+    """The batch-1 rows by (model, dtype), and decode_bench's per-op sections as one text."""
+    out, _ = run([os.path.join(BUILD, "decode_bench"), "--quick", "--models", "125m,1b", "--skip-gemv",
+                  "--profile"], "decode_bench --quick --profile")
     rows = {}
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -72,7 +78,8 @@ def decode_rows():
                                           cells[6])
     for (m, dt), (tps, bound, frac, spread) in rows.items():
         print(f"   {m} {dt}: {tps:.1f} tokens/s, bound {bound:.1f}, {100 * frac:.0f} % (rounds {spread})")
-    return rows
+    at = out.find("### Per-op time")
+    return rows, out[at:].strip() if at >= 0 else ""
 
 
 def maxtext_ratio():
@@ -100,7 +107,7 @@ def main():
     model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
 
     train = {name: train_case(dt, b, r, a.steps, threads) for name, dt, b, r in TRAIN_CASES}
-    decode = decode_rows()
+    decode, decode_profile = decode_rows()
     ratio, why = (None, "skipped (--skip-maxtext)") if a.skip_maxtext else maxtext_ratio()
 
     any_row = next(iter(train.values()))
@@ -145,6 +152,10 @@ def main():
              f"GFLOP/s; vdpbf16ps {f'{speedup:.2f}x the f32 FMAs' if speedup else 'absent'}, AMX {'yes' if amx else 'no'}", "",
              "| target | measured | bar | verdict |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {t} | {m} | {b} | {v} |" for t, m, b, v in rows]
+    lines += ["", "## Where the time went", ""]
+    for name, r in train.items():
+        lines += [f"### train_bench {name}, the measured steps", "", "```", r["profile"], "```", ""]
+    lines.append(decode_profile)
     text = "\n".join(lines)
     print("\n" + text)
     if a.out:
