@@ -25,6 +25,7 @@
 #include "tessera/core/file.h"
 #include "tessera/core/source_dir.h"
 #include "tessera/core/stack_trace.h"
+#include "tessera/graph/graph.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera {
@@ -122,6 +123,34 @@ TEST(Profiler, TraceCoversTheProfiledStepsWithEveryNode) {
   EXPECT_TRUE(kinds.count("checkpoint save"));   // the step loop's part, after step 2 (3 steps done)
   EXPECT_TRUE(kinds.count("checkpoint write"));  // the background writer's
   EXPECT_NE(log.str().find("profiler: steps 2 to 4 written to"), std::string::npos) << log.str();
+}
+
+// The executor's per-op table (train_bench --profile): one row per op kind and phase the plan runs,
+// one call per node per step, and the optimizer step's work outside the nodes once per step.
+TEST(Profiler, ExecutorTableCoversEveryNodeAndTheOptimizerStep) {
+  TempDir dir;
+  std::ostringstream log;
+  train::Trainer t(diag_config(dir.path, {"steps=2"}), log);
+  t.executor().set_profiling(true);
+  t.run();
+  const std::string report = t.executor().profile_report();
+  std::map<std::pair<std::string, std::string>, int64_t> calls, want;  // (op, phase) -> calls
+  std::istringstream in(report);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string op, phase;
+    int64_t n = 0;
+    fields >> op >> phase >> n;
+    calls[{op, phase}] = n;
+  }
+  static const char* kPhase[] = {"forward", "recompute", "backward", "optimizer"};
+  for (const graph::Node& n : t.plan().graph().nodes())
+    want[{graph::op_name(n.op), kPhase[static_cast<int>(n.phase)]}] += 2;
+  want[{"zero_grads", "optimizer"}] = 2;
+  want[{"grad_norm", "optimizer"}] = 2;
+  EXPECT_EQ(calls, want) << report;
 }
 
 TEST(Profiler, RefusesWhatItCannotDo) {

@@ -23,6 +23,15 @@ dist::Communicator& axis_group(dist::Mesh* mesh, MeshAxis axis) {
   return mesh ? mesh->axis(axis) : *one;
 }
 
+// Profile rows for the optimizer step's work outside the nodes, keyed below every OpKind: zeroing
+// the gradients, their global norm (on several ranks after waiting for their reductions, which
+// count as its sync) and ParamSync's work after the update (ZeRO-1's gathers of the new pieces).
+constexpr int kZeroGradsRow = -1, kGradNormRow = -2, kAfterUpdateRow = -3;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<const ops::RopeTable> rope,
@@ -57,13 +66,26 @@ Executor::Executor(const PlanSpec& spec, Workspace& workspace, std::shared_ptr<c
 Executor::~Executor() = default;
 
 void Executor::zero_grads() {
-  if (sync_) return sync_->zero_grads();
-  const auto& values = spec_.graph().values();
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i].kind == ValueKind::kGrad) {
-      const Tensor& t = ws_.view(static_cast<ValueId>(i));
-      backend_.fill_zero(t);
-    }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (sync_) {
+    sync_->zero_grads();
+  } else {
+    const auto& values = spec_.graph().values();
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i].kind == ValueKind::kGrad) {
+        const Tensor& t = ws_.view(static_cast<ValueId>(i));
+        backend_.fill_zero(t);
+      }
+  }
+  if (profiling_) add_profile(kZeroGradsRow, Phase::kOptimizer, seconds_since(t0), 0, 0);
+}
+
+void Executor::add_profile(int op, Phase phase, double seconds, double sync_seconds, double flops) {
+  ProfileRow& row = profile_[{op, static_cast<int>(phase)}];
+  row.seconds += seconds;
+  row.sync_seconds += sync_seconds;
+  row.flops += flops;
+  ++row.calls;
 }
 
 void Executor::run(const Node& n) {
@@ -106,11 +128,9 @@ void Executor::run_range(int begin, int end, bool forward_only, bool last_micro_
     if (sync_) sync_->after_node(i);
     const auto t3 = Clock::now();
     if (observer_) observer_->at(i, NodeStage::kSyncEnd);
-    ProfileRow& row = profile_[{static_cast<int>(nodes[i].op), static_cast<int>(nodes[i].phase)}];
-    row.seconds += std::chrono::duration<double>(t3 - t0).count();
-    row.sync_seconds += std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
-    row.flops += node_flops(spec_.graph(), nodes[i]);
-    ++row.calls;
+    add_profile(static_cast<int>(nodes[i].op), nodes[i].phase, std::chrono::duration<double>(t3 - t0).count(),
+                std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count(),
+                node_flops(spec_.graph(), nodes[i]));
   }
   TESSERA_CHECK(pending_.requests.empty(), ErrorKind::kInternal,
                 "a pass ended with {} expert exchanges in flight", pending_.requests.size());
@@ -128,9 +148,12 @@ std::string Executor::profile_report() const {
                               "seconds", "share", "sync", "GFLOP/s");
   for (auto& [key, r] : rows) {
     const double own = r.seconds - r.sync_seconds;
-    s += fmt::format("{:<20} {:<10} {:>7} {:>10.3f} {:>6.1f}% {:>8.3f} {:>9.1f}\n",
-                     op_name(static_cast<OpKind>(key.first)), kPhase[key.second], r.calls, r.seconds,
-                     100 * r.seconds / total, r.sync_seconds,
+    const std::string_view name = key.first == kZeroGradsRow     ? "zero_grads"
+                                  : key.first == kGradNormRow    ? "grad_norm"
+                                  : key.first == kAfterUpdateRow ? "after_update"
+                                                                 : op_name(static_cast<OpKind>(key.first));
+    s += fmt::format("{:<20} {:<10} {:>7} {:>10.3f} {:>6.1f}% {:>8.3f} {:>9.1f}\n", name, kPhase[key.second],
+                     r.calls, r.seconds, 100 * r.seconds / total, r.sync_seconds,
                      r.flops > 0 && own > 0 ? r.flops / own / 1e9 : 0.0);
   }
   return s;
@@ -175,8 +198,14 @@ double Executor::param_norm() {
 OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   OptimizerResult r;
   TESSERA_ASSERT(step.grad_divisor > 0);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   if (sync_) sync_->finish_gradients();
+  const auto t1 = Clock::now();
   r.grad_norm = (sync_ ? std::sqrt(sync_->grad_sq_norm()) : ops::global_norm(grads_)) / step.grad_divisor;
+  if (profiling_)
+    add_profile(kGradNormRow, Phase::kOptimizer, seconds_since(t0),
+                std::chrono::duration<double>(t1 - t0).count(), 0);
   r.clip_scale = ops::clip_scale(r.grad_norm, step.clip_threshold);
   ctx_.adamw = step.adamw;
   ctx_.sgd_lr = step.sgd_lr;
@@ -184,10 +213,17 @@ OptimizerResult Executor::apply_optimizer(const OptimizerStep& step) {
   const auto& nodes = spec_.graph().nodes();
   for (size_t i = static_cast<size_t>(spec_.first_optimizer_node()); i < nodes.size(); ++i) {
     if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelBegin);
+    const auto t = Clock::now();
     run(nodes[i]);
+    if (profiling_) add_profile(static_cast<int>(nodes[i].op), Phase::kOptimizer, seconds_since(t), 0, 0);
     if (observer_) observer_->at(static_cast<int>(i), NodeStage::kKernelEnd);
   }
-  if (sync_) sync_->after_optimizer();
+  if (sync_) {
+    const auto t = Clock::now();
+    sync_->after_optimizer();
+    const double seconds = seconds_since(t);
+    if (profiling_) add_profile(kAfterUpdateRow, Phase::kOptimizer, seconds, seconds, 0);
+  }
   return r;
 }
 

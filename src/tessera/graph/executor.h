@@ -87,8 +87,9 @@ class Executor {
   // buffer's overflow); -1 until set.
   void set_step(int64_t step) { ctx_.step = step; }
 
-  // Per-op timing: when on, every node's wall time is added to its (op, phase) row. Costs two
-  // clock reads per node; off by default.
+  // Per-op timing: when on, every node's wall time is added to its (op, phase) row, and the
+  // optimizer step's other work to rows of its own (zero_grads, grad_norm, after_update). Costs
+  // two clock reads per node; off by default.
   void set_profiling(bool on) { profiling_ = on; }
   void clear_profile() { profile_.clear(); }
   bool profiled() const { return !profile_.empty(); }  // whether any row was timed
@@ -99,6 +100,7 @@ class Executor {
 
  private:
   void run(const Node& n);
+  void add_profile(int op, Phase phase, double seconds, double sync_seconds, double flops);
   void run_range(int begin, int end, bool forward_only, bool last_micro_step);
   double summed_loss(int64_t* counted) const;
 
