@@ -11,6 +11,8 @@
 // Times are the best of R runs after one warm-up. Working sets below the last-level cache size
 // printed at the top can run faster than DRAM; the table says each op's working set.
 //
+// Last, zeroing a gradient-sized tensor (512 MiB) three ways: bench_zeroing below.
+//
 // --in-cache: the same ops on one thread at N = 8 tokens (RoPE: B = 1, T = 8), whose working sets
 // fit in a core's L2, best of R x 200 calls. Their GB/s are then what the arithmetic sustains, not
 // the memory, and "ceiling" (that rate times the triad's thread count, over the triad) is the most
@@ -27,9 +29,11 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
+#include "tessera/backends/backend.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/dtype.h"
@@ -172,6 +176,27 @@ void bench_dtype(DType dt, const Options& o, std::vector<Row>& rows) {
       [&] { ops::glu_bwd(ops::Activation::kSilu, gate, up, dout, dgate, dup); });
 }
 
+// Zeroing a step's gradients (the 125M model's are 537 MB, larger than most last-level caches):
+// one 512 MiB tensor by memset on the calling thread (as Executor::zero_grads did), by the
+// backend's fill_zero (threads) and by fill_zero_for_later (threads, streaming stores). Bytes are
+// the tensor's size.
+void bench_zeroing(const Options& o) {
+  const Shape shape{int64_t{128} << 20};
+  Arena arena(aligned_bytes(shape, DType::kF32), "pointwise_bench zeroing");
+  const Tensor t = arena.tensor(shape, DType::kF32);
+  backends::Backend& cpu = backends::backend_for(Device::cpu());
+  const std::vector<std::pair<const char*, std::function<void()>>> ways = {
+      {"memset, one thread", [&] { std::memset(t.data(), 0, t.nbytes()); }},
+      {"fill_zero", [&] { cpu.fill_zero(t); }},
+      {"fill_zero_for_later", [&] { cpu.fill_zero_for_later(t); }}};
+  std::printf("\nzeroing %.0f MiB of gradients\n%-24s %10s %9s\n", t.nbytes() / 1048576.0, "way", "time ms",
+              "GB/s");
+  for (const auto& [name, f] : ways) {
+    const double sec = best_time(o.reps, 1, f);
+    std::printf("%-24s %10.3f %9.1f\n", name, sec * 1e3, static_cast<double>(t.nbytes()) / sec / 1e9);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,6 +239,7 @@ int main(int argc, char** argv) {
                   std::string(dtype_name(r.dtype)).c_str(), r.working_set / 1048576.0, r.bytes / 1e6,
                   r.seconds * (o.in_cache ? 1e6 : 1e3), gbps, 100.0 * share);
     }
+    if (!o.in_cache) bench_zeroing(o);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "pointwise_bench: %s\n", e.what());

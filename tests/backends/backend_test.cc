@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -74,6 +76,41 @@ TEST(Backend, CpuFillsCopiesAndSupportsTheComputeDtypes) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
   cpu.deallocate(p, size_t{3} << 20);
+}
+
+// zero_bytes clears exactly its range, whatever its alignment and size (one memset below 1 MiB,
+// threads taking 256 KiB chunks, with streaming stores for past_cache, from there), on every kernel
+// build; the backend's two fills use it.
+TEST(Backend, ZeroBytesClearsExactlyItsRangeOnEveryIsa) {
+  const Isa before = active_isa();
+  constexpr size_t kMiB = size_t{1} << 20;
+  std::vector<unsigned char> buf(kMiB + 256);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    set_active_isa(isa);
+    const auto zero = backends::kernels_for(Device::cpu()).vector->zero_bytes;
+    for (const size_t offset : {size_t{0}, size_t{1}, size_t{37}, size_t{64}})
+      for (const size_t bytes : {size_t{0}, size_t{5}, size_t{100}, kMiB - 3, kMiB + 129})
+        for (const bool past_cache : {false, true}) {
+          std::fill(buf.begin(), buf.end(), 0xab);
+          zero(buf.data() + offset, bytes, past_cache);
+          const auto at = buf.begin() + static_cast<ptrdiff_t>(offset);
+          const auto end = at + static_cast<ptrdiff_t>(bytes);
+          const auto is = [](unsigned char x) { return [x](unsigned char b) { return b == x; }; };
+          EXPECT_TRUE(std::all_of(buf.begin(), at, is(0xab)) && std::all_of(at, end, is(0)) &&
+                      std::all_of(end, buf.end(), is(0xab)))
+              << isa_name(isa) << " offset " << offset << " bytes " << bytes << " past_cache " << past_cache;
+        }
+  }
+  set_active_isa(before);
+  backends::Backend& cpu = backends::backend_for(Device::cpu());
+  std::vector<float> v(3 * kMiB, 2.0f);  // 12 MiB: the threaded paths
+  Tensor t(v.data(), {static_cast<int64_t>(v.size())}, DType::kF32);
+  cpu.fill_zero_for_later(t);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 0.0f), static_cast<ptrdiff_t>(v.size()));
+  std::fill(v.begin(), v.end(), 2.0f);
+  cpu.fill_zero(t);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 0.0f), static_cast<ptrdiff_t>(v.size()));
 }
 
 TEST(Backend, ADeviceWithoutABackendIsAClearError) {

@@ -6,7 +6,8 @@
 //     to a device fails before the first step, naming the op, rather than inside a kernel;
 //   - allocate / deallocate: device memory for arenas (the host's is mapped, madvised for huge
 //     pages and pre-faulted: core/arena.h);
-//   - fill_zero / copy: the memory operations of a step, queued on the backend's stream;
+//   - fill_zero (and fill_zero_for_later) / copy: the memory operations of a step, queued on the
+//     backend's stream;
 //   - synchronize: waits for the work queued so far (a no-op on the CPU, where every call
 //     returns when its work is done).
 //   - calibrate_peak: its measured peak FLOP/s for MFU;
@@ -54,6 +55,9 @@ class Backend {
 
   // Sets every byte of a contiguous tensor to zero.
   virtual void fill_zero(const Tensor& t) = 0;
+  // The same for a tensor whose next reader comes long after (a step's gradients, zeroed before its
+  // forward pass): on the CPU its lines go to memory instead of displacing what is read sooner.
+  virtual void fill_zero_for_later(const Tensor& t) = 0;
   // dst = src for contiguous tensors of equal size (a no-op when they are the same memory).
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;

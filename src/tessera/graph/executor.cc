@@ -74,7 +74,7 @@ void Executor::zero_grads() {
     for (size_t i = 0; i < values.size(); ++i)
       if (values[i].kind == ValueKind::kGrad) {
         const Tensor& t = ws_.view(static_cast<ValueId>(i));
-        backend_.fill_zero(t);
+        backend_.fill_zero_for_later(t);
       }
   }
   if (profiling_) add_profile(kZeroGradsRow, Phase::kOptimizer, seconds_since(t0), 0, 0);

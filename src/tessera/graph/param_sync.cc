@@ -293,10 +293,10 @@ void ParamSync::zero_grads() {
   for (const ParamLayout& L : spec_.layouts()) {
     const ValueId grad = spec_.graph().value(L.param).grad;
     const Tensor& state = ws_.state(grad);
-    backends::backend_for(state.device()).fill_zero(state);
+    backends::backend_for(state.device()).fill_zero_for_later(state);
     if (L.sharded() && L.layer < 0) {
       const Tensor& whole = ws_.view(grad);
-      backends::backend_for(whole.device()).fill_zero(whole);
+      backends::backend_for(whole.device()).fill_zero_for_later(whole);
     }
   }
 }

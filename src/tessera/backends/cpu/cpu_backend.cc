@@ -1,6 +1,7 @@
-// The CPU backend (cpu_backend.h). Memory operations are the C library's: fill_zero and copy run on
-// the calling thread, as the executor's own memset and memcpy did (the tensors they touch between
-// nodes are small next to the kernels' work, and a single stream keeps them in order).
+// The CPU backend (cpu_backend.h). copy is the C library's memcpy on the calling thread (the
+// tensors it moves between nodes are small next to the kernels' work); fill_zero splits a large
+// tensor over the threads (the vector kernels' zero_bytes), fill_zero_for_later also with
+// streaming stores. Each returns when its work is done, so one stream keeps them in order.
 #include "tessera/backends/cpu/cpu_backend.h"
 
 #include <sys/mman.h>
@@ -81,7 +82,11 @@ class CpuBackend final : public backends::Backend {
 
   void fill_zero(const Tensor& t) override {
     TESSERA_ASSERT(t.device().is_cpu() && t.is_contiguous());
-    std::memset(t.data(), 0, t.nbytes());
+    kernels().vector->zero_bytes(t.data(), t.nbytes(), false);
+  }
+  void fill_zero_for_later(const Tensor& t) override {
+    TESSERA_ASSERT(t.device().is_cpu() && t.is_contiguous());
+    kernels().vector->zero_bytes(t.data(), t.nbytes(), true);
   }
   void copy(const Tensor& dst, const Tensor& src) override {
     TESSERA_ASSERT(dst.device().is_cpu() && src.device().is_cpu() && dst.nbytes() == src.nbytes());

@@ -3,6 +3,7 @@
 // built per ISA in backends/cpu/.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tessera::backends {
@@ -27,5 +28,10 @@ struct VectorKernels {
   // columns, so the result does not depend on the thread count) and added to dbias in f32.
   void (*bias_grad_f32)(const float* dy, float* dbias, int64_t rows, int64_t cols);
   void (*bias_grad_bf16)(const uint16_t* dy, float* dbias, int64_t rows, int64_t cols);
+  // Every byte of [p, p + bytes) set to 0, the threads splitting a range of 1 MiB or more (a
+  // smaller one is one memset). past_cache: a large range with stores that go to memory without
+  // taking cache lines (nor reading them first), for memory whose next reader comes long after (a
+  // step's gradients); the stores are fenced before returning.
+  void (*zero_bytes)(void* p, size_t bytes, bool past_cache);
 };
 }  // namespace tessera::backends
