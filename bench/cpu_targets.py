@@ -12,7 +12,8 @@ Runs, one after another on a quiet machine:
 
 Then prints one table: each target, the figure measured, the bar and the verdict, and after it the
 per-op tables of every run (train_bench --profile over the measured steps, decode_bench --profile
-over one more batch-1 round): where the time went, should a target miss. The training
+over one more batch-1 round) and, where the CPU has a bf16 dot product, attention_bench's rows on
+it (--quick --only dot): where the time went, should a target miss. The training
 targets (f32 >= 85 % of the f32 peak, bf16 >= 80 % of the bf16 peak in both cases, >= 4x
 MaxText's tokens/s) hold for a machine whose bf16 dot product (vdpbf16ps) runs at least 1.5x its
 f32 FMAs, as AMD Zen 4/5 do; elsewhere (an AMX Xeon, whose bf16 peak is its tiles') the figures
@@ -112,6 +113,11 @@ def main():
 
     any_row = next(iter(train.values()))
     speedup, amx = any_row["bf16_dot_speedup"], any_row["amx"]
+    attention = ""
+    if speedup > 0:  # bf16 attention's products on vdpbf16ps, whichever path training chose
+        out, _ = run([os.path.join(BUILD, "attention_bench"), "--quick", "--only", "dot"],
+                     "attention_bench --quick --only dot")
+        attention = out.strip()
     full_rate = speedup >= FULL_RATE_DOT and not amx
     if full_rate:
         judged, note = True, ""
@@ -156,6 +162,9 @@ def main():
     for name, r in train.items():
         lines += [f"### train_bench {name}, the measured steps", "", "```", r["profile"], "```", ""]
     lines.append(decode_profile)
+    if attention:
+        lines += ["", "### attention_bench --quick --only dot (bf16 attention on vdpbf16ps)", "", "```", attention,
+                  "```"]
     text = "\n".join(lines)
     print("\n" + text)
     if a.out:
