@@ -320,10 +320,12 @@ EngineRow engine_case(const Options& o, const std::string& model, const std::str
   row.share_lo = *std::min_element(shares.begin(), shares.end());
   row.share_hi = *std::max_element(shares.begin(), shares.end());
   if (o.profile) {
+    const int slot0[] = {0};
+    const int32_t token[] = {7};
     engine->prefill(0, std::span(tokens.data(), static_cast<size_t>(prompt)), logits);
-    engine->decode(std::vector<int>{0}, std::vector<int32_t>{7}, logits);  // a warm step
+    engine->decode(slot0, token, logits);  // a warm step
     engine->set_profiling(true);
-    for (int s = 0; s < steps1; ++s) engine->decode(std::vector<int>{0}, std::vector<int32_t>{7}, logits);
+    for (int s = 0; s < steps1; ++s) engine->decode(slot0, token, logits);
     engine->set_profiling(false);
     row.profiled_steps = steps1;
     row.profile = engine->profile_report();
