@@ -22,12 +22,16 @@
 //   125m   configs/models/llama-125m.yml: emb 768, 12 layers, 12/12 heads, head_dim 64, mlp 2048,
 //          vocab 32000, untied;
 //   1b     Llama-3.2-1B's dimensions: emb 2048, 16 layers, 32/8 heads, head_dim 64, mlp 8192,
-//          vocab 128256, tied embeddings, rope_theta 500000 with Llama 3.1 scaling.
+//          vocab 128256, tied embeddings, rope_theta 500000 with Llama 3.1 scaling;
+//   NAME   any preset of configs/models/ (model_name=NAME), e.g. gpt2-124m, gemma3-1b, qwen3-0.6b or
+//          gpt-oss-3.5b. A token reads the experts it is routed to, so a mixture of experts' bound
+//          counts num_experts_per_tok of its num_experts experts' weights (which ones changes from
+//          token to token, so that they come from memory, not from the cache).
 //
 // Triad: a[i] = b[i] + s c[i] over three 128 MiB f32 arrays (larger than the 260 MiB the VM
 // reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
 //
-// Usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
+// Usage: decode_bench [--quick] [--models 125m,1b,PRESET] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
 //                     [--steps N] [--rounds N] [--profile]
 //   --quick     fewer tokens and repetitions (about a minute for the 125m model).
 //   --steps N   batch-1 decode steps timed per round (default 16 with --quick, else 64).
@@ -54,11 +58,14 @@
 
 #include "bench_util.h"
 #include "tessera/backends/cpu/peak.h"
+#include "tessera/config/config.h"
 #include "tessera/core/arena.h"
 #include "tessera/core/cpu_features.h"
 #include "tessera/core/error.h"
+#include "tessera/core/source_dir.h"
 #include "tessera/infer/engine.h"
 #include "tessera/infer/sampling.h"
+#include "tessera/models/model_spec.h"
 #include "tessera/ops/attention.h"
 #include "tessera/ops/gemv.h"
 #include "tessera/ops/matmul.h"
@@ -179,35 +186,73 @@ models::ModelSpec model_spec(const std::string& name, DType dtype) {
     s.emb_dim = 2048, s.num_query_heads = 32, s.num_kv_heads = 8, s.head_dim = 64, s.mlp_dim = 8192;
     s.num_decoder_layers = 16, s.vocab_size = 128256, s.logits_via_embedding = true;
     s.rope_theta = 500000.0, s.rope_type = "llama3.1";
-  } else {
-    fail(ErrorKind::kConfig, "decode_bench: unknown model '{}' (125m, 1b)", name);
+  } else {  // a preset of configs/models/, as `tessera train ... model_name=NAME` builds it
+    const std::vector<std::string> overrides = {"model_name=" + name};
+    s = models::model_spec_from_config(load_config(source_dir() / "configs" / "base.yml", overrides));
   }
   s.dtype = dtype;
   return s;
 }
 
-// Bytes of weights one decode step reads: every projection, and the unembedding (the embedding
-// table when tied); the input embedding contributes one row per token and norms E floats each.
-double weight_bytes_per_token(const models::ModelSpec& s) {
-  const double E = static_cast<double>(s.emb_dim), H = static_cast<double>(s.num_query_heads);
-  const double K = static_cast<double>(s.num_kv_heads), D = static_cast<double>(s.head_dim);
-  const double F = static_cast<double>(s.mlp_dim), V = static_cast<double>(s.vocab_size);
-  const double per_layer = E * (H + 2 * K) * D + H * D * E + 3 * E * F;
-  return static_cast<double>(dtype_size(s.dtype)) *
-         (static_cast<double>(s.num_decoder_layers) * per_layer + V * E);
+// What one token does with each parameter of the model, from its name and shape: the layer it
+// belongs to (-1: none), whether it is an expert's tensor ([num_experts, ...]: a token reads
+// num_experts_per_tok of them), a matrix that multiplies the token's row, or a table it reads one
+// row of (the input embedding, untied, and learned positions).
+struct ParameterUse {
+  int64_t layer = -1;
+  bool expert = false, matrix = false, one_row = false;
+  double active_fraction = 1;  // of its elements a token reads (experts: k / num_experts)
+};
+
+ParameterUse parameter_use(const models::ModelSpec& s, const std::string& name, const Shape& shape) {
+  ParameterUse u;
+  if (const size_t at = name.find("layers_"); at != std::string::npos)
+    u.layer = std::strtoll(name.c_str() + at + 7, nullptr, 10);
+  const bool bias = name.find("bias") != std::string::npos;
+  u.expert = s.num_experts > 1 && shape.rank() >= 2 && shape[0] == s.num_experts && !bias;
+  if (u.expert)
+    u.active_fraction = static_cast<double>(s.num_experts_per_tok) / static_cast<double>(s.num_experts);
+  u.one_row = name.ends_with("position_embedder.embedding") ||
+              (name == "token_embedder.embedding" && !s.logits_via_embedding);
+  u.matrix = shape.rank() >= 2 && !bias && !u.one_row;
+  return u;
 }
 
-// FLOPs a prefill of P tokens needs: every layer's projections for all P rows except the last
-// layer's output projection and MLP (only the last row's output is used), causal attention, and
-// the logits of the last row.
+// Bytes of weights one decode step reads: every matrix (the routed experts' only), the
+// unembedding (the embedding table when tied), one row of each table a token looks up, and the
+// vectors (norm scales, biases: under 0.1 % of any model here), all at the compute dtype's size.
+double weight_bytes_per_token(const models::ModelSpec& s) {
+  double elements = 0;
+  for (const auto& [name, shape] : infer::parameter_shapes(s)) {
+    const ParameterUse u = parameter_use(s, name, shape);
+    elements += u.one_row ? static_cast<double>(shape[shape.rank() - 1])
+                          : static_cast<double>(shape.numel()) * u.active_fraction;
+  }
+  return static_cast<double>(dtype_size(s.dtype)) * elements;
+}
+
+// FLOPs a prefill of P tokens needs: every layer's q, k and v projections for all P rows, its
+// other products (the routed experts' only) for all P rows but in the last layer, whose output
+// feeds only the last row's logits, causal attention (windowed where the layer is), and the
+// logits of the last row.
 double prefill_flops(const models::ModelSpec& s, int64_t P) {
-  const double E = static_cast<double>(s.emb_dim), H = static_cast<double>(s.num_query_heads);
-  const double K = static_cast<double>(s.num_kv_heads), D = static_cast<double>(s.head_dim);
-  const double F = static_cast<double>(s.mlp_dim), V = static_cast<double>(s.vocab_size);
-  const double L = static_cast<double>(s.num_decoder_layers), p = static_cast<double>(P);
-  const double qkv = 2 * E * (H + 2 * K) * D, rest = 2 * (H * D * E + 3 * E * F);
-  return L * p * qkv + (L - 1) * p * rest + rest +
-         L * ops::attention_fwd_flops(1, P, s.num_query_heads, s.head_dim) + 2 * E * V;
+  const int64_t L = s.num_decoder_layers;
+  double flops = 0;
+  for (const auto& [name, shape] : infer::parameter_shapes(s)) {
+    const ParameterUse u = parameter_use(s, name, shape);
+    if (!u.matrix) continue;
+    const double macs = static_cast<double>(shape.numel()) * u.active_fraction;
+    if (u.layer < 0) {  // the unembedding (or the tied embedding), for the last row
+      if (name == "decoder.logits_dense.kernel" || name == "token_embedder.embedding") flops += 2 * macs;
+      continue;
+    }
+    const bool qkv =
+        name.ends_with("query.kernel") || name.ends_with("key.kernel") || name.ends_with("value.kernel");
+    flops += 2 * macs * static_cast<double>(qkv || u.layer < L - 1 ? P : 1);
+  }
+  for (int64_t l = 0; l < L; ++l)
+    flops += ops::attention_fwd_flops(1, P, s.num_query_heads, s.head_dim, s.window_of(l));
+  return flops;
 }
 
 // Random weights: a staging tensor as large as the largest parameter, filled per request with
@@ -436,9 +481,10 @@ int main(int argc, char** argv) {
     } else if (a == "--rounds" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
       o.rounds = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr,
-                   "usage: decode_bench [--quick] [--models 125m,1b] [--dtypes f32,bf16] [--skip-gemv] "
-                   "[--skip-engine] [--steps N] [--rounds N] [--profile]\n");
+      std::fprintf(
+          stderr,
+          "usage: decode_bench [--quick] [--models 125m,1b,PRESET] [--dtypes f32,bf16] [--skip-gemv] "
+          "[--skip-engine] [--steps N] [--rounds N] [--profile]\n");
       return 2;
     }
   }
