@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The CPU speed targets, measured and judged on this machine in one run (15-25 minutes on 2 cores).
+"""The CPU speed targets, measured and judged on this machine in one run (20-30 minutes on 2 cores).
 
 Runs, one after another on a quiet machine:
   - build/train_bench on the llama-125m preset: float32 at batch 8 x 1024 (remat none), bfloat16 at
     8 x 1024 (remat none) and at 2 x 1024 (remat full); each run's median step gives its hardware
     FLOP rate (every FLOP executed, recompute included) as a fraction of the calibrated peak (HFU);
   - build/decode_bench --quick: batch-1 decoding of the 125m and 1b models, f32 and bf16, against
-    the memory-bandwidth bound measured in the same run;
+    the memory-bandwidth bound measured in the same run, then the other families' presets on the
+    same graph engine (GPT-2, Qwen 3, Gemma 3 in f32 and bf16; the GPT-OSS mixture of experts in
+    bf16, whose bound counts the routed experts' weights);
   - bench/maxtext_bench.sh, one round of bf16 at 2 x 1024 with remat full, when its venv imports
     MaxText (--setup there builds it); --skip-maxtext leaves it out.
 
@@ -39,6 +41,11 @@ TRAIN_CASES = [  # (name, dtype, batch, remat)
     ("bf16 8x1024 remat none", "bfloat16", 8, "none"),
     ("bf16 2x1024 remat full", "bfloat16", 2, "full"),
 ]
+DECODE_RUNS = [  # (models, dtypes) of one decode_bench run each; every row is judged
+    ("125m,1b", "f32,bf16"),
+    ("gpt2-124m,qwen3-0.6b,gemma3-1b", "f32,bf16"),
+    ("gpt-oss-3.5b", "bf16"),  # 14 GB in f32
+]
 FULL_RATE_DOT = 1.5  # vdpbf16ps over the f32 FMAs, one thread, for the training targets to apply
 
 
@@ -68,19 +75,22 @@ def train_case(dtype, batch, remat, steps, threads):
 
 
 def decode_rows():
-    """The batch-1 rows by (model, dtype), and decode_bench's per-op sections as one text."""
-    out, _ = run([os.path.join(BUILD, "decode_bench"), "--quick", "--models", "125m,1b", "--skip-gemv",
-                  "--profile"], "decode_bench --quick --profile")
-    rows = {}
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 7 and cells[0] in ("125m", "1b") and cells[5].endswith("%"):
-            rows[(cells[0], cells[1])] = (float(cells[3]), float(cells[4]), float(cells[5].rstrip("%")) / 100,
-                                          cells[6])
-    for (m, dt), (tps, bound, frac, spread) in rows.items():
+    """The batch-1 rows as [(model, dtype, row)], and decode_bench's per-op sections as one text."""
+    rows, profiles = [], []
+    for models, dtypes in DECODE_RUNS:
+        out, _ = run([os.path.join(BUILD, "decode_bench"), "--quick", "--models", models, "--dtypes", dtypes,
+                      "--skip-gemv", "--profile"], f"decode_bench --quick --profile {models} {dtypes}")
+        for line in out.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 7 and cells[0] in models.split(",") and cells[5].endswith("%"):
+                rows.append((cells[0], cells[1], (float(cells[3]), float(cells[4]),
+                                                  float(cells[5].rstrip("%")) / 100, cells[6])))
+        at = out.find("### Per-op time")
+        if at >= 0:
+            profiles.append(out[at:].strip())
+    for m, dt, (tps, bound, frac, spread) in rows:
         print(f"   {m} {dt}: {tps:.1f} tokens/s, bound {bound:.1f}, {100 * frac:.0f} % (rounds {spread})")
-    at = out.find("### Per-op time")
-    return rows, out[at:].strip() if at >= 0 else ""
+    return rows, "\n\n".join(profiles)
 
 
 def maxtext_ratio():
@@ -146,12 +156,13 @@ def main():
                      verdict(r["hfu"], 0.80, judged, note)))
     rows.append(("bf16 2x1024 remat full: tokens/s over MaxText's", f"{ratio:.2f}x" if ratio else "-", ">= 4x",
                  verdict(ratio, 4.0, judged, note) if ratio else why))
-    for m in ("125m", "1b"):
-        for dt in ("f32", "bf16"):
-            d = decode.get((m, dt))
-            rows.append((f"decode {m} {dt}, batch 1: of the bandwidth bound",
-                         f"{100 * d[2]:.0f} % (rounds {d[3]})" if d else "-",
-                         ">= 85 %", verdict(d[2], 0.85) if d else "decode_bench printed no row"))
+    for models, dtypes in DECODE_RUNS:
+        for m in models.split(","):
+            for dt in dtypes.split(","):
+                d = next((r for mm, dd, r in decode if (mm, dd) == (m, dt)), None)
+                rows.append((f"decode {m} {dt}, batch 1: of the bandwidth bound",
+                             f"{100 * d[2]:.0f} % (rounds {d[3]})" if d else "-",
+                             ">= 85 %", verdict(d[2], 0.85) if d else "decode_bench printed no row"))
 
     lines = [f"Machine: {model}, {os.cpu_count()} cores, {threads} threads; peaks (calibrated): "
              f"f32 {f32['peak_gflops']:.0f} GFLOP/s, bf16 {train['bf16 8x1024 remat none']['peak_gflops']:.0f} "
