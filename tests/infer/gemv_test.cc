@@ -13,6 +13,9 @@
 #include <cmath>
 #include <vector>
 
+#include "tessera/backends/cpu/onednn_matmul.h"
+#include "tessera/backends/kernels.h"
+#include "tessera/core/arena.h"
 #include "tessera/core/error.h"
 #include "testing/op_test_util.h"
 
@@ -169,6 +172,19 @@ TEST(Gemv, RejectsBadArguments) {
             ErrorKind::kShape);
   EXPECT_EQ(kind_of([&] { ops::gemv(x, std::vector<Tensor>(9, w.t), std::vector<Tensor>(9, y.t)); }),
             ErrorKind::kShape);
+}
+
+// Where the small-M kernel is the faster: fewer rows than the GEMM table's crossover for the
+// dtype, which on the CPU is 16 for bf16 on oneDNN's AMX tiles and 64 otherwise.
+TEST(Gemv, IsFasterBelowTheGemmsCrossover) {
+  Arena arena(size_t{1} << 20, "gemv-crossover");
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t below = backends::kernels_for(Device::cpu()).gemm->gemv_rows_below(dt);
+    EXPECT_EQ(below, dt == DType::kBF16 && cpu::onednn_matmul_amx() ? 16 : 64) << dtype_name(dt);
+    EXPECT_TRUE(ops::gemv_is_faster(arena.tensor(Shape{1, 8}, dt))) << dtype_name(dt);
+    EXPECT_TRUE(ops::gemv_is_faster(arena.tensor(Shape{below - 1, 8}, dt))) << dtype_name(dt);
+    EXPECT_FALSE(ops::gemv_is_faster(arena.tensor(Shape{below, 8}, dt))) << dtype_name(dt);
+  }
 }
 
 }  // namespace

@@ -26,11 +26,12 @@ void fuse_residual_products(Graph& g);
 // are: the backward reads their inputs.
 void fuse_gradient_sums(Graph& g);
 
-// Products that read one input and would each run on the small-M kernel (a kMatmul of fewer than
+// Products that read one input and may each run on the small-M kernel (a kMatmul of fewer than
 // kGemvRows rows with a weight stored [out, in], not accumulating: a layer's q, k and v
 // projections, or its gate and up) become one kSharedInputMatmuls node, up to
 // ops::kMaxGemvProducts products each, at the first one's place. Decoding then hands off between
-// threads once per group instead of once per product. Results are bit for bit the same.
+// threads once per group instead of once per product (where ops::gemv_is_faster holds; elsewhere
+// the node runs the products one by one). Results are bit for bit the same.
 void fuse_shared_input_products(Graph& g);
 
 }  // namespace tessera::graph

@@ -93,7 +93,7 @@ void matmul_backward(GradBuilder& gb, const Node& f, ValueId dy) {
 void matmul_run(const RunContext& c, const Node& n) {
   const MatmulAttrs& a = n.attr<MatmulAttrs>();
   const Tensor& x = c.in(n, 0);
-  if (c.graph->inference() && a.trans_b && !a.trans_a && x.dim(0) < kGemvRows) {
+  if (c.graph->inference() && a.trans_b && !a.trans_a && ops::gemv_is_faster(x)) {
     ops::gemv(x, c.in(n, 1), c.out(n, 0), {.accumulate = a.accumulate});
     return;
   }
@@ -101,12 +101,18 @@ void matmul_run(const RunContext& c, const Node& n) {
               {.trans_a = a.trans_a, .trans_b = a.trans_b, .accumulate = a.accumulate});
 }
 
-// Products of one input as one gemv call (graph.h's kSharedInputMatmuls).
+// Products of one input as one gemv call (graph.h's kSharedInputMatmuls), or, where the device's
+// GEMM is the faster at these rows, as the products the node stands for.
 void shared_input_matmuls_run(const RunContext& c, const Node& n) {
   std::array<Tensor, ops::kMaxGemvProducts> w, y;
   TESSERA_ASSERT(n.out.size() <= w.size() && n.in.size() == n.out.size() + 1);
   for (size_t p = 0; p < n.out.size(); ++p) w[p] = c.in(n, p + 1), y[p] = c.out(n, p);
-  ops::gemv(c.in(n, 0), std::span(w.data(), n.out.size()), std::span(y.data(), n.out.size()));
+  const Tensor& x = c.in(n, 0);
+  if (ops::gemv_is_faster(x)) {
+    ops::gemv(x, std::span(w.data(), n.out.size()), std::span(y.data(), n.out.size()));
+    return;
+  }
+  for (size_t p = 0; p < n.out.size(); ++p) ops::matmul(x, w[p], y[p], {.trans_b = true});
 }
 
 double shared_input_matmuls_flops(const Graph& g, const Node& n) {

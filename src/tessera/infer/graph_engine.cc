@@ -13,9 +13,10 @@
 //            a step of M slots runs the smallest plan of at least M rows, the rest padding (slot -1:
 //            no cache write, zero output).
 // Weights are laid out for decoding at load time: kernels [out, in] (Value::transposed), so that
-// products of fewer than 64 rows stream them through gemv (ops/gemv.h) and larger ones go to
-// oneDNN; residual sums are the accumulate of their products, and products of one input (q, k and
-// v; gate and up) one gemv call (graph/fuse.h).
+// products of few rows (under 64; under 16 in bf16 where oneDNN has the AMX tiles:
+// ops::gemv_is_faster) stream them through gemv (ops/gemv.h) and larger ones go to oneDNN; residual
+// sums are the accumulate of their products, and products of one input (q, k and v; gate and up)
+// one gemv call (graph/fuse.h).
 // Parameters are read into the plans' f32 masters and converted to the compute dtype once.
 // Logits come out of the graph in the compute dtype and are widened to f32.
 // After the constructor nothing allocates: it runs every plan once (oneDNN primitives, the

@@ -69,6 +69,10 @@ void gemv(const Tensor& x, std::span<const Tensor> ws, std::span<const Tensor> y
     kern.bf16_bf16(products);
 }
 
+bool gemv_is_faster(const Tensor& x) {
+  return x.dim(0) < backends::kernels_for(x).gemm->gemv_rows_below(x.dtype());
+}
+
 int64_t gemv_bytes(int64_t m, int64_t n, int64_t k, DType xw_dtype, DType y_dtype, bool accumulate) {
   const auto e = static_cast<int64_t>(dtype_size(xw_dtype)), ye = static_cast<int64_t>(dtype_size(y_dtype));
   return (m * k + n * k) * e + m * n * ye * (accumulate ? 2 : 1);

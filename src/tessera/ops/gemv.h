@@ -25,6 +25,11 @@ struct GemvOptions {
 // y = x·wᵀ (+ y). Throws kShape naming the argument for bad ranks, shapes, dtypes or overlap.
 void gemv(const Tensor& x, const Tensor& w, const Tensor& y, GemvOptions opts = {});
 
+// Whether a product of x's rows against a weight stored [out, in] runs faster here than on the
+// device's GEMM (ops/matmul.h with trans_b): fewer rows than the GEMM table's gemv_rows_below for
+// x's dtype (backends/kernels/gemm.h).
+bool gemv_is_faster(const Tensor& x);
+
 // Up to this many products that read one x run as one call.
 constexpr size_t kMaxGemvProducts = 8;
 

@@ -30,7 +30,8 @@
 namespace tessera::cpu {
 namespace {
 
-constexpr backends::GemmKernels kOnednnGemm{.gemm = onednn_matmul, .grouped_gemm = onednn_grouped_matmul};
+constexpr backends::GemmKernels kOnednnGemm{
+    .gemm = onednn_matmul, .grouped_gemm = onednn_grouped_matmul, .gemv_rows_below = onednn_gemv_rows_below};
 
 // The tables of one ISA's kernel build (isa_dispatch.h); GEMM is oneDNN's on every ISA, and the
 // MoE kernels (data movement and small reductions) are one build for all.

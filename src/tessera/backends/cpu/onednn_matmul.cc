@@ -493,6 +493,10 @@ size_t blocked_b_copy_bytes(const GemmShape& g) {
   return static_cast<size_t>(k * n) * dtype_size(g.ab_dtype);
 }
 
+int64_t onednn_gemv_rows_below(DType ab_dtype) {
+  return ab_dtype == DType::kBF16 && onednn_matmul_amx() ? 16 : 64;
+}
+
 bool onednn_matmul_native_bf16() {
   return OnednnMatmul::instance().native_bf16();
 }

@@ -64,6 +64,12 @@ void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c);
 void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* group_sizes, const void* a,
                            const void* b, void* c);
 
+// GemmKernels::gemv_rows_below for oneDNN's GEMM: 16 for bf16 where oneDNN runs it on the AMX tiles,
+// else 64. On an AMX Xeon gemv (bf16 widened to f32 FMAs) and the tiles cross between 8 and 16
+// rows (decode_bench, 2048 x 8192 and 8192 x 2048: gemv 1.01-1.11x oneDNN at 8 rows, 0.63-0.65x
+// at 16, 0.26-0.41x at 32); f32, and bf16 on AVX-512 BF16 or widened, cross near 64.
+int64_t onednn_gemv_rows_below(DType ab_dtype);
+
 // oneDNN's name for the implementation it picked for `g` at the current thread count
 // (e.g. "brg:avx512_core"); creates and caches the primitive if needed. For benchmarks and logs.
 std::string onednn_matmul_impl(const GemmShape& g);

@@ -43,6 +43,10 @@ struct GemmKernels {
   // group_sizes [G] >= 0 (host memory); N, K >= 1.
   void (*grouped_gemm)(const GroupedGemmShape& g, const int32_t* group_sizes, const void* a, const void* b,
                        void* c);
+  // Products of fewer rows than this (A and B in `ab_dtype`, B stored [N, K]) run faster on the
+  // device's small-M kernel (kernels/gemv.h), which streams B at the memory bandwidth, than on
+  // `gemm`; bench/decode_bench.cc's small-M section measures where the two cross.
+  int64_t (*gemv_rows_below)(DType ab_dtype);
 };
 
 }  // namespace tessera::backends
