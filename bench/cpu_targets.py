@@ -14,8 +14,10 @@ Runs, one after another on a quiet machine:
 
 Then prints one table: each target, the figure measured, the bar and the verdict, and after it the
 per-op tables of every run (train_bench --profile over the measured steps, decode_bench --profile
-over one more batch-1 round) and, where the CPU has a bf16 dot product, attention_bench's rows on
-it (--quick --only dot): where the time went, should a target miss. The training
+over one more batch-1 round), decode_bench's small-M table (gemv against oneDNN's GEMM at 1 to 32
+rows: where decoding's products should leave gemv, GemmKernels::gemv_rows_below) and, where the
+CPU has a bf16 dot product, attention_bench's rows on it (--quick --only dot): where the time
+went, should a target miss. The training
 targets (f32 >= 85 % of the f32 peak, bf16 >= 80 % of the bf16 peak in both cases, >= 4x
 MaxText's tokens/s) hold for a machine whose bf16 dot product (vdpbf16ps) runs at least 1.5x its
 f32 FMAs, as AMD Zen 4/5 do; elsewhere (an AMX Xeon, whose bf16 peak is its tiles') the figures
@@ -88,6 +90,11 @@ def decode_rows():
         at = out.find("### Per-op time")
         if at >= 0:
             profiles.append(out[at:].strip())
+    out, _ = run([os.path.join(BUILD, "decode_bench"), "--quick", "--skip-engine"],
+                 "decode_bench --quick --skip-engine (small-M products)")
+    at = out.find("## Small-M products")
+    if at >= 0:
+        profiles.append("#" + out[at:].strip())
     for m, dt, (tps, bound, frac, spread) in rows:
         print(f"   {m} {dt}: {tps:.1f} tokens/s, bound {bound:.1f}, {100 * frac:.0f} % (rounds {spread})")
     return rows, "\n\n".join(profiles)
