@@ -165,8 +165,8 @@ enum class OpKind {
 };
 // Inference graphs may run products of fewer rows than this with weights stored [out, in] on the
 // small-M kernel (ops/gemv.h), which streams the weight at the memory bandwidth; at run time
-// ops::gemv_is_faster decides by device and dtype (fewer rows where the GEMM has a matrix unit),
-// and no device's GEMM is slower above (bench/decode_bench.cc).
+// ops::gemv_is_faster decides by device and dtype (fewer rows where the device's GEMM is the
+// faster sooner), and no device's GEMM is slower above (bench/decode_bench.cc).
 inline constexpr int64_t kGemvRows = 64;
 // The last kind above, plus one.
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSharedInputMatmuls) + 1;

@@ -13,8 +13,8 @@
 //            a step of M slots runs the smallest plan of at least M rows, the rest padding (slot -1:
 //            no cache write, zero output).
 // Weights are laid out for decoding at load time: kernels [out, in] (Value::transposed), so that
-// products of few rows (under 64; under 16 in bf16 where oneDNN has the AMX tiles:
-// ops::gemv_is_faster) stream them through gemv (ops/gemv.h) and larger ones go to oneDNN; residual
+// products of few rows (fewer than 16 to 64 by CPU and dtype: ops::gemv_is_faster) stream them
+// through gemv (ops/gemv.h) and larger ones go to oneDNN; residual
 // sums are the accumulate of their products, and products of one input (q, k and v; gate and up)
 // one gemv call (graph/fuse.h).
 // Parameters are read into the plans' f32 masters and converted to the compute dtype once.

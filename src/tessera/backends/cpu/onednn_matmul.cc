@@ -493,8 +493,17 @@ size_t blocked_b_copy_bytes(const GemmShape& g) {
   return static_cast<size_t>(k * n) * dtype_size(g.ab_dtype);
 }
 
+namespace {
+// Whether oneDNN's effective ISA includes `isa` (the ISA values are nested bit sets).
+bool onednn_isa_includes(dnnl_cpu_isa_t isa) {
+  const auto bits = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & bits) == bits;
+}
+}  // namespace
+
 int64_t onednn_gemv_rows_below(DType ab_dtype) {
-  return ab_dtype == DType::kBF16 && onednn_matmul_amx() ? 16 : 64;
+  if (ab_dtype == DType::kBF16) return onednn_matmul_amx() ? 16 : 64;
+  return active_isa() == Isa::kAvx512 && onednn_isa_includes(dnnl_cpu_isa_avx512_core) ? 32 : 64;
 }
 
 bool onednn_matmul_native_bf16() {
@@ -502,9 +511,7 @@ bool onednn_matmul_native_bf16() {
 }
 
 bool onednn_matmul_amx() {
-  // The ISA values are nested bit sets; AVX512_CORE_AMX's bits are those every AMX level includes.
-  const auto amx = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_amx);
-  return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & amx) == amx;
+  return onednn_isa_includes(dnnl_cpu_isa_avx512_core_amx);  // the bits every AMX level includes
 }
 
 void onednn_matmul_force_widened_bf16(bool on, size_t chunk_bytes) {

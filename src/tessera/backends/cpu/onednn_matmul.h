@@ -64,10 +64,14 @@ void onednn_matmul(const GemmShape& g, const void* a, const void* b, void* c);
 void onednn_grouped_matmul(const backends::GroupedGemmShape& g, const int32_t* group_sizes, const void* a,
                            const void* b, void* c);
 
-// GemmKernels::gemv_rows_below for oneDNN's GEMM: 16 for bf16 where oneDNN runs it on the AMX tiles,
-// else 64. On an AMX Xeon gemv (bf16 widened to f32 FMAs) and the tiles cross between 8 and 16
-// rows (decode_bench, 2048 x 8192 and 8192 x 2048: gemv 1.01-1.11x oneDNN at 8 rows, 0.63-0.65x
-// at 16, 0.26-0.41x at 32); f32, and bf16 on AVX-512 BF16 or widened, cross near 64.
+// GemmKernels::gemv_rows_below for oneDNN's GEMM, from decode_bench's small-M section
+// (2048 x 8192 and 8192 x 2048, weights from memory):
+//   bf16 on the AMX tiles: 16. gemv (bf16 widened to f32 FMAs) 1.01-1.11x oneDNN at 8 rows,
+//     0.63-0.65x at 16, 0.26-0.41x at 32 (an Emerald Rapids Xeon);
+//   f32 with AVX-512 kernels on both sides: 32. gemv 1.17-1.18x at 8 rows, 0.71-0.95x at 16,
+//     0.68-0.75x at 32 (the same Xeon); 1.03-1.06x at 16 and 0.88-0.94x at 32 on an earlier Xeon;
+//   otherwise (bf16 on vdpbf16ps or widened, AVX2): 64. bf16 on a half-rate vdpbf16ps: gemv
+//     1.06-1.13x at 32 rows, 0.97-1.06x at 64; AVX2 has not been measured below 64.
 int64_t onednn_gemv_rows_below(DType ab_dtype);
 
 // oneDNN's name for the implementation it picked for `g` at the current thread count
