@@ -14,9 +14,9 @@
 //            no cache write, zero output).
 // Weights are laid out for decoding at load time: kernels [out, in] (Value::transposed), so that
 // products of few rows (fewer than 16 to 64 by CPU and dtype: ops::gemv_is_faster) stream them
-// through gemv (ops/gemv.h) and larger ones go to oneDNN; residual
-// sums are the accumulate of their products, and products of one input (q, k and v; gate and up)
-// one gemv call (graph/fuse.h).
+// through gemv (ops/gemv.h) and larger ones go to oneDNN; residual sums are the accumulate of
+// their products, and products of one input (q, k and v; gate and up) one gemv call
+// (graph/fuse.h).
 // Parameters are read into the plans' f32 masters and converted to the compute dtype once.
 // Logits come out of the graph in the compute dtype and are widened to f32.
 // After the constructor nothing allocates: it runs every plan once (oneDNN primitives, the
