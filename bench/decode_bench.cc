@@ -435,6 +435,8 @@ void sampling_section(const Options& o) {
 }
 
 int run(const Options& o) {
+  if (o.engine)
+    for (const std::string& m : o.models) model_spec(m, DType::kF32);  // a bad name fails before any run
   fmt::print("# decode_bench: {} threads, {} kernels\n", num_threads(), isa_name(active_isa()));
   const double triad = bench::stream_triad_gbps(kTriadBytesEach, 5);
   fmt::print("stream triad: {:.1f} GB/s (3 x {} MiB, best of 5)\n", triad, kTriadBytesEach >> 20);
