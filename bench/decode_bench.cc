@@ -32,7 +32,7 @@
 // reports as last-level cache, together), all threads, best of 5; bytes = 3 x 128 MiB.
 //
 // Usage: decode_bench [--quick] [--models 125m,1b,PRESET] [--dtypes f32,bf16] [--skip-gemv] [--skip-engine]
-//                     [--steps N] [--rounds N] [--profile]
+//                     [--steps N] [--rounds N] [--profile] [--shapes NxK,...]
 //   --quick     fewer tokens and repetitions (about a minute for the 125m model).
 //   --steps N   batch-1 decode steps timed per round (default 16 with --quick, else 64).
 //   --rounds N  batch-1 rounds (default 3 with --quick, else 5), each between two triads whose
@@ -42,6 +42,8 @@
 //               tables (time per op over those steps, slowest first) follow the engine table.
 //               Their GFLOP/s counts cached attention over the whole cache (an upper bound); at
 //               batch 1 a product's f32 GB/s is twice its GFLOP/s, a bf16 product's the same.
+//   --shapes    the weights W [N, K] of the small-M section (default 8192x2048,2048x8192: the 1b
+//               model's MLP; the 125m model's are 768x768,2048x768,768x2048,32000x768).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -84,6 +86,7 @@ struct Options {
   int steps1 = 0;  // batch-1 decode steps per round; 0: the default for quick or full
   int rounds = 0;  // batch-1 rounds, each with its own triad; 0: the default for quick or full
   bool profile = false;
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 2048}, {2048, 8192}};  // small-M W [N, K]
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -126,31 +129,26 @@ void gemv_section(const Options& o, double triad) {
       "| N x K | dtype | M | gemv GB/s | gemv % triad | gemv GFLOP/s | oneDNN GB/s | oneDNN GFLOP/s | gemv / "
       "oneDNN |\n");
   fmt::print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  struct Shape2 {
-    int64_t n, k;
-  };
-  // The 1B model's MLP up projection and down projection.
-  const std::vector<Shape2> shapes = {{8192, 2048}, {2048, 8192}};
   const std::vector<int64_t> ms =
       o.quick ? std::vector<int64_t>{1, 8, 32} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64};
   for (const std::string& dt : o.dtypes) {
     const DType d = dtype_from_name(dt);
-    for (const Shape2& s : shapes) {
+    for (const auto& [n, k] : o.shapes) {
       const int64_t max_m = ms.back();
       // Enough copies of W that one pass over them is 1 GiB: each call reads its W from memory,
       // not from the last-level cache (the VM reports 260 MiB of it).
-      const size_t w_bytes = aligned_bytes(Shape{s.n, s.k}, d);
+      const size_t w_bytes = aligned_bytes(Shape{n, k}, d);
       const int copies = static_cast<int>((kColdBytes + w_bytes - 1) / w_bytes);
-      Arena arena(copies * w_bytes + aligned_bytes(Shape{max_m, s.k}, d) +
-                      aligned_bytes(Shape{max_m, s.n}, DType::kF32) + 4 * Arena::kAlignment,
+      Arena arena(copies * w_bytes + aligned_bytes(Shape{max_m, k}, d) +
+                      aligned_bytes(Shape{max_m, n}, DType::kF32) + 4 * Arena::kAlignment,
                   "gemv");
       std::vector<Tensor> ws;
       for (int c = 0; c < copies; ++c) {
-        ws.push_back(arena.tensor(Shape{s.n, s.k}, d));
+        ws.push_back(arena.tensor(Shape{n, k}, d));
         bench::fill_uniform(ws.back(), 1 + c);
       }
-      Tensor xall = arena.tensor(Shape{max_m, s.k}, d);
-      Tensor yall = arena.tensor(Shape{max_m, s.n}, DType::kF32);
+      Tensor xall = arena.tensor(Shape{max_m, k}, d);
+      Tensor yall = arena.tensor(Shape{max_m, n}, DType::kF32);
       bench::fill_uniform(xall, 100);
       for (int64_t m : ms) {
         Tensor x = xall.slice0(0, m), y = yall.slice0(0, m);
@@ -166,10 +164,10 @@ void gemv_section(const Options& o, double triad) {
         ops::matmul(x, ws[0], y, {.trans_b = true});  // the primitive, made outside the timing
         const double tg = pass(true), td = pass(false);
         const double bytes = static_cast<double>(ws[0].nbytes()),
-                     flops = static_cast<double>(ops::gemv_flops(m, s.n, s.k));
-        fmt::print("| {} x {} | {} | {} | {:.1f} | {:.0f}% | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n", s.n, s.k,
-                   dt, m, bytes / tg / 1e9, 100 * bytes / tg / 1e9 / triad, flops / tg / 1e9,
-                   bytes / td / 1e9, flops / td / 1e9, td / tg);
+                     flops = static_cast<double>(ops::gemv_flops(m, n, k));
+        fmt::print("| {} x {} | {} | {} | {:.1f} | {:.0f}% | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n", n, k, dt,
+                   m, bytes / tg / 1e9, 100 * bytes / tg / 1e9 / triad, flops / tg / 1e9, bytes / td / 1e9,
+                   flops / td / 1e9, td / tg);
       }
     }
   }
@@ -478,6 +476,17 @@ int main(int argc, char** argv) {
       o.models = tessera::split(argv[++i]);
     } else if (a == "--dtypes" && i + 1 < argc) {
       o.dtypes = tessera::split(argv[++i]);
+    } else if (a == "--shapes" && i + 1 < argc) {
+      o.shapes.clear();
+      for (const std::string& nk : tessera::split(argv[++i])) {
+        long long n = 0, k = 0;
+        char end = 0;
+        if (std::sscanf(nk.c_str(), "%lldx%lld%c", &n, &k, &end) != 2 || n < 1 || k < 1) {
+          std::fprintf(stderr, "decode_bench: --shapes: '%s' is not NxK (e.g. 8192x2048)\n", nk.c_str());
+          return 2;
+        }
+        o.shapes.emplace_back(n, k);
+      }
     } else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
       o.steps1 = std::atoi(argv[++i]);
     } else if (a == "--rounds" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
@@ -486,7 +495,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: decode_bench [--quick] [--models 125m,1b,PRESET] [--dtypes f32,bf16] [--skip-gemv] "
-          "[--skip-engine] [--steps N] [--rounds N] [--profile]\n");
+          "[--skip-engine] [--steps N] [--rounds N] [--profile] [--shapes NxK,...]\n");
       return 2;
     }
   }
