@@ -193,13 +193,13 @@ models::ModelSpec model_spec(const std::string& name, DType dtype) {
 }
 
 // What one token does with each parameter of the model, from its name and shape: the layer it
-// belongs to (-1: none), whether it is an expert's tensor ([num_experts, ...]: a token reads
-// num_experts_per_tok of them), a matrix that multiplies the token's row, or a table it reads one
-// row of (the input embedding, untied, and learned positions).
+// belongs to (-1: none), the share of it that it reads (an expert tensor, [num_experts, ...]:
+// num_experts_per_tok of the experts), whether it is a matrix that multiplies the token's row, or a
+// table it reads one row of (the input embedding, untied, and learned positions).
 struct ParameterUse {
   int64_t layer = -1;
-  bool expert = false, matrix = false, one_row = false;
-  double active_fraction = 1;  // of its elements a token reads (experts: k / num_experts)
+  double active_fraction = 1;
+  bool matrix = false, one_row = false;
 };
 
 ParameterUse parameter_use(const models::ModelSpec& s, const std::string& name, const Shape& shape) {
@@ -207,8 +207,7 @@ ParameterUse parameter_use(const models::ModelSpec& s, const std::string& name, 
   if (const size_t at = name.find("layers_"); at != std::string::npos)
     u.layer = std::strtoll(name.c_str() + at + 7, nullptr, 10);
   const bool bias = name.find("bias") != std::string::npos;
-  u.expert = s.num_experts > 1 && shape.rank() >= 2 && shape[0] == s.num_experts && !bias;
-  if (u.expert)
+  if (s.num_experts > 1 && shape.rank() >= 2 && shape[0] == s.num_experts)  // experts' kernels, biases
     u.active_fraction = static_cast<double>(s.num_experts_per_tok) / static_cast<double>(s.num_experts);
   u.one_row = name.ends_with("position_embedder.embedding") ||
               (name == "token_embedder.embedding" && !s.logits_via_embedding);
